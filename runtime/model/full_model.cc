@@ -1,0 +1,20 @@
+// FullModelLogits: see full_model.h.
+#include "runtime/model/full_model.h"
+
+#include "runtime/model/transformer.h"
+
+namespace slidedp {
+
+at::Tensor FullModelLogits(const ModelConfig& c, const ModelLayout& layout,
+                           const std::vector<at::Tensor>& flats, const at::Tensor& ids) {
+  const int head = layout.num_units() - 1;
+  const at::Tensor table = ParamView(layout.units[0], flats[0], 0);
+  const RopeTables rope = MakeRope(c, ids.size(1), flats[0].device());
+  at::Tensor x = EmbeddingForward(table, ids);
+  for (int u = 1; u < head; ++u) x = BlockForward(c, ViewBlock(layout.units[u], flats[u]), x, rope);
+  const UnitLayout& h = layout.units[head];
+  const at::Tensor lm = h.uses_tied_embedding ? table : ParamView(h, flats[head], h.Find("lm_head.weight"));
+  return HeadLogits(c, ParamView(h, flats[head], h.Find("model.norm.weight")), lm, x);
+}
+
+}  // namespace slidedp

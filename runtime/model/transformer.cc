@@ -1,0 +1,177 @@
+// Transformer math: see transformer.h. Matches Hugging Face's Llama/Qwen2/Qwen3 eager
+// implementations (tests/hf_reference_test.cc checks it against saved fixtures).
+#include "runtime/model/transformer.h"
+
+#include <cmath>
+#include <torch/version.h>
+
+#include "runtime/data/dataset.h"
+
+namespace slidedp {
+namespace {
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+}
+
+at::Tensor View(const UnitLayout& unit, const at::Tensor& flat, const char* name) {
+  const int i = unit.Find(name);
+  return i < 0 ? at::Tensor() : ParamView(unit, flat, i);
+}
+
+// rotate_half: [x1, x2] -> [-x2, x1] over the last dimension.
+at::Tensor RotateHalf(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// x [B, heads, T, D]; cos/sin [T, D] in x's dtype.
+at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return x * cos + RotateHalf(x) * sin;
+}
+
+// Inverse frequencies [D/2] in fp64 then fp32, with Llama 3.1 scaling when asked.
+std::vector<double> InverseFrequencies(const ModelConfig& c) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<double> inv(half);
+  for (int64_t i = 0; i < half; ++i) {
+    // HF: 1 / theta ** (arange(0, D, 2).float() / D), computed in fp32.
+    const float e = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), e);
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == "llama3") {
+    const double low_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+    const double high_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+    for (double& f : inv) {
+      const double wavelen = 2 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f = f / s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+// Causal softmax attention, q [B, h, T, D], k/v [B, h, T, D] (already expanded for GQA).
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (q.is_cuda()) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true, scale);
+  }
+#endif
+  const int64_t T = q.size(2);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  at::Tensor mask = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, v);
+}
+
+at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const int64_t B = x.size(0), h = x.size(1), T = x.size(2), D = x.size(3);
+  return x.unsqueeze(2).expand({B, h, groups, T, D}).reshape({B, h * groups, T, D});
+}
+
+}  // namespace
+
+at::Tensor ParamView(const UnitLayout& unit, const at::Tensor& flat, int index) {
+  const ParamSpec& p = unit.params[index];
+  return flat.narrow(0, p.offset, p.numel).view(p.shape);
+}
+
+BlockParams ViewBlock(const UnitLayout& u, const at::Tensor& f) {
+  BlockParams p;
+  p.input_norm = View(u, f, "input_layernorm.weight");
+  p.q_w = View(u, f, "self_attn.q_proj.weight");
+  p.q_b = View(u, f, "self_attn.q_proj.bias");
+  p.k_w = View(u, f, "self_attn.k_proj.weight");
+  p.k_b = View(u, f, "self_attn.k_proj.bias");
+  p.v_w = View(u, f, "self_attn.v_proj.weight");
+  p.v_b = View(u, f, "self_attn.v_proj.bias");
+  p.o_w = View(u, f, "self_attn.o_proj.weight");
+  p.o_b = View(u, f, "self_attn.o_proj.bias");
+  p.q_norm = View(u, f, "self_attn.q_norm.weight");
+  p.k_norm = View(u, f, "self_attn.k_norm.weight");
+  p.post_norm = View(u, f, "post_attention_layernorm.weight");
+  p.gate_w = View(u, f, "mlp.gate_proj.weight");
+  p.gate_b = View(u, f, "mlp.gate_proj.bias");
+  p.up_w = View(u, f, "mlp.up_proj.weight");
+  p.up_b = View(u, f, "mlp.up_proj.bias");
+  p.down_w = View(u, f, "mlp.down_proj.weight");
+  p.down_b = View(u, f, "mlp.down_proj.bias");
+  return p;
+}
+
+RopeTables MakeRope(const ModelConfig& c, int64_t seq_len, const at::Device& device) {
+  std::vector<double> inv = InverseFrequencies(c);
+  std::vector<float> inv_f(inv.begin(), inv.end());
+  at::Tensor inv_t = at::tensor(at::ArrayRef<float>(inv_f));
+  at::Tensor pos = at::arange(seq_len, at::kFloat);
+  at::Tensor freqs = at::outer(pos, inv_t);            // [T, D/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);         // [T, D]
+  return {emb.cos().to(device), emb.sin().to(device)};
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor h = x.to(at::kFloat);
+  at::Tensor var = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * at::rsqrt(var + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+at::Tensor EmbeddingForward(const at::Tensor& table, const at::Tensor& ids) {
+  return at::embedding(table, ids);
+}
+
+at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
+                        const RopeTables& rope) {
+  const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
+  const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
+
+  at::Tensor h = RmsNorm(x, p.input_norm, c.rms_norm_eps);
+  at::Tensor q = Linear(h, p.q_w, p.q_b).view({B, T, nh, D});
+  at::Tensor k = Linear(h, p.k_w, p.k_b).view({B, T, nkv, D});
+  at::Tensor v = Linear(h, p.v_w, p.v_b).view({B, T, nkv, D});
+  if (c.qk_norm) {
+    q = RmsNorm(q, p.q_norm, c.rms_norm_eps);
+    k = RmsNorm(k, p.k_norm, c.rms_norm_eps);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
+  v = v.transpose(1, 2);
+  const at::Tensor cos = rope.cos.narrow(0, 0, T).to(x.scalar_type());
+  const at::Tensor sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
+  q = ApplyRope(q, cos, sin);
+  k = ApplyRope(k, cos, sin);
+  k = RepeatKv(k, nh / nkv);
+  v = RepeatKv(v, nh / nkv);
+  at::Tensor a = Attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(D)));
+  a = a.transpose(1, 2).reshape({B, T, nh * D});
+  at::Tensor x1 = x + Linear(a, p.o_w, p.o_b);
+
+  at::Tensor h2 = RmsNorm(x1, p.post_norm, c.rms_norm_eps);
+  at::Tensor g = at::silu(Linear(h2, p.gate_w, p.gate_b));
+  at::Tensor u = Linear(h2, p.up_w, p.up_b);
+  return x1 + Linear(g * u, p.down_w, p.down_b);
+}
+
+at::Tensor HeadLogits(const ModelConfig& c, const at::Tensor& norm_weight, const at::Tensor& lm_head,
+                      const at::Tensor& hidden) {
+  at::Tensor h = RmsNorm(hidden, norm_weight, c.rms_norm_eps);
+  return at::linear(h, lm_head).to(at::kFloat);
+}
+
+at::Tensor CrossEntropySum(const at::Tensor& logits, const at::Tensor& targets) {
+  const int64_t V = logits.size(-1);
+  return at::cross_entropy_loss(logits.reshape({-1, V}), targets.reshape({-1}), /*weight=*/{},
+                                at::Reduction::Sum, kIgnoreIndex);
+}
+
+}  // namespace slidedp

@@ -1,0 +1,47 @@
+// Transformer math of one streaming unit, as plain ATen functions over views into the
+// unit's flat parameter tensor (so that parameter gradients land in one flat gradient).
+// Stateless; called from each worker's thread on that worker's device and stream.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "runtime/model/model_config.h"
+#include "runtime/model/param_layout.h"
+
+namespace slidedp {
+
+// Views of a decoder block's parameters into `flat` (undefined tensors where absent).
+struct BlockParams {
+  at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, q_norm, k_norm;
+  at::Tensor post_norm, gate_w, gate_b, up_w, up_b, down_w, down_b;
+};
+
+// Returns a view of parameter `index` of `unit` inside `flat` ([unit.numel]).
+at::Tensor ParamView(const UnitLayout& unit, const at::Tensor& flat, int index);
+BlockParams ViewBlock(const UnitLayout& unit, const at::Tensor& flat);
+
+// cos and sin tables [seq_len, head_dim] in fp32 for positions 0..seq_len-1, with the
+// config's rope_theta and rope scaling, as Hugging Face computes them.
+struct RopeTables {
+  at::Tensor cos, sin;
+};
+RopeTables MakeRope(const ModelConfig& config, int64_t seq_len, const at::Device& device);
+
+// HF RMSNorm: computed in fp32, cast back, then scaled by the weight.
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// ids [B, T] (int64) -> hidden [B, T, H] in the table's dtype.
+at::Tensor EmbeddingForward(const at::Tensor& table, const at::Tensor& ids);
+
+// One decoder block: x [B, T, H] -> [B, T, H]. Causal attention over each row.
+at::Tensor BlockForward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
+                        const RopeTables& rope);
+
+// Final norm and LM head over hidden [B, t, H] -> logits [B, t, V] (fp32).
+at::Tensor HeadLogits(const ModelConfig& config, const at::Tensor& norm_weight,
+                      const at::Tensor& lm_head, const at::Tensor& hidden);
+
+// Sum of token cross-entropies over targets != kIgnoreIndex, in fp32.
+at::Tensor CrossEntropySum(const at::Tensor& logits, const at::Tensor& targets);
+
+}  // namespace slidedp

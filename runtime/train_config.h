@@ -1,0 +1,81 @@
+// TrainConfig: everything one training job needs, as plain data. Parsed from YAML or
+// JSON by slidedp-train, translated from the API's JobSpec by the daemon.
+// Plain data; no threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace slidedp {
+
+struct DataConfig {
+  // "synthetic": the built-in corpus with learnable structure (no path).
+  // "tokens":    flat binary token file (`path`, `token_dtype` uint16 or uint32).
+  // "jsonl":     JSON lines, each an array of token ids or {"tokens": [...]}.
+  std::string format = "synthetic";
+  std::string path;
+  std::string token_dtype = "uint16";
+  bool shuffle = true;
+};
+
+struct OptimizerConfig {
+  double lr = 3e-4;
+  double min_lr_ratio = 0.1;   // cosine/linear decay to lr * min_lr_ratio
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine";  // constant | linear | cosine
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;  // 0 disables clipping
+};
+
+struct PolicyConfig {
+  int64_t chunk_elems = 0;          // 0: one chunk per unit
+  int prefetch_depth = 1;           // units fetched ahead of compute
+  std::string param_route = "replicate";    // replicate | scatter_allgather
+  std::string grad_route = "gather_host";   // gather_host | reduce_scatter | reduce_one
+  std::string activations = "device";       // device | host
+  int64_t loss_chunk_tokens = 1024;         // sequence positions per LM-head chunk
+  int update_threads = 0;                   // CPU AdamW threads, 0: all cores
+};
+
+struct TrainConfig {
+  std::string model = "tiny";   // a preset name or a Hugging Face model directory
+  DataConfig data;
+  int64_t seq_len = 128;
+  int64_t micro_batch_size = 4;  // sequences per micro-batch
+  int64_t grad_accum = 1;        // micro-batches per worker per step
+  int workers = 1;               // data-parallel workers (GPUs, or CPU threads on the CPU device)
+  std::string device = "cpu";    // cpu | cuda
+  std::string compute_dtype = "fp32";  // fp32 | bf16 (bf16 always on cuda)
+  int64_t steps = 100;
+  OptimizerConfig optimizer;
+  uint64_t seed = 1234;
+  std::string checkpoint_dir;     // empty: no checkpoints
+  int64_t checkpoint_interval = 0;
+  int keep_checkpoints = 3;
+  std::string output_dir;         // empty: no export
+  PolicyConfig policy;
+  int64_t log_every = 1;
+
+  int64_t global_batch_sequences() const { return micro_batch_size * grad_accum * workers; }
+  int64_t tokens_per_step() const { return global_batch_sequences() * seq_len; }
+};
+
+// Checks ranges and enumerations; the error names the field.
+absl::Status ValidateTrainConfig(const TrainConfig& config);
+
+// Parses YAML (a superset of JSON). Unknown fields and wrong types are errors naming
+// the field (nested fields as "optimizer.lr"). `source` names the file in messages.
+absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_view source);
+absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
+
+// JSON with every field, for logs and checkpoints.
+std::string TrainConfigToJson(const TrainConfig& config);
+
+}  // namespace slidedp
