@@ -1,0 +1,59 @@
+// DataFileMapping: see data_file_mapping.h.
+#include "runtime/data/data_file_mapping.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace slidedp {
+namespace {
+
+absl::Status ErrnoError(int err, const std::string& what) {
+  std::string message = absl::StrCat(what, ": ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(message);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
+  return absl::InternalError(message);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataFileMapping>> DataFileMapping::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot open ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError(err, absl::StrCat("cannot stat ", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  const uint8_t* data = nullptr;
+  if (size > 0) {
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoError(err, absl::StrCat("cannot mmap ", path));
+    }
+    data = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);  // the mapping keeps the file alive
+  return std::unique_ptr<DataFileMapping>(new DataFileMapping(path, data, size));
+}
+
+DataFileMapping::~DataFileMapping() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+}  // namespace slidedp
