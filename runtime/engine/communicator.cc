@@ -1,0 +1,67 @@
+// HostCommunicator: collectives over shared host memory, see communicator.h. Each
+// collective posts this rank's tensor, meets the others at a barrier, does this rank's
+// share of the work reading the posted tensors, and meets them again so that no rank
+// reuses a buffer another is still reading.
+#include "runtime/engine/communicator.h"
+
+namespace slidedp {
+
+std::pair<int64_t, int64_t> SliceOf(int64_t n, int world, int rank) {
+  const int64_t base = n / world, extra = n % world;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+HostCommunicator::HostCommunicator(int world) : world_(world), posted_(world) {}
+
+void HostCommunicator::Barrier(int rank) {
+  absl::MutexLock lock(&mu_);
+  const int64_t gen = generation_;
+  if (++arrived_ == world_) {
+    arrived_ = 0;
+    ++generation_;
+    return;
+  }
+  auto passed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return generation_ != gen; };
+  mu_.Await(absl::Condition(&passed));
+}
+
+void HostCommunicator::AllGather(int rank, at::Tensor buf) {
+  posted_[rank] = buf;
+  Barrier(rank);
+  const int64_t n = buf.numel();
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank) continue;
+    auto [b, e] = SliceOf(n, world_, r);
+    if (e > b) buf.narrow(0, b, e - b).copy_(posted_[r].narrow(0, b, e - b));
+  }
+  Barrier(rank);
+  posted_[rank] = at::Tensor();
+}
+
+void HostCommunicator::ReduceScatter(int rank, const at::Tensor& in, at::Tensor out) {
+  posted_[rank] = in;
+  Barrier(rank);
+  auto [b, e] = SliceOf(in.numel(), world_, rank);
+  if (e > b) {
+    at::Tensor acc = posted_[0].narrow(0, b, e - b).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    for (int r = 1; r < world_; ++r) acc.add_(posted_[r].narrow(0, b, e - b));
+    out.copy_(acc);
+  }
+  Barrier(rank);
+  posted_[rank] = at::Tensor();
+}
+
+void HostCommunicator::Reduce(int rank, const at::Tensor& in, at::Tensor out, int root) {
+  posted_[rank] = in;
+  Barrier(rank);
+  if (rank == root) {
+    at::Tensor acc = posted_[0].to(at::kFloat, false, true);
+    for (int r = 1; r < world_; ++r) acc.add_(posted_[r]);
+    out.copy_(acc);
+  }
+  Barrier(rank);
+  posted_[rank] = at::Tensor();
+}
+
+}  // namespace slidedp

@@ -1,0 +1,179 @@
+// Trainer on the engine: see trainer.h. Step() splits the global batch across the
+// workers, runs their steps on one thread each, and gathers the step's figures; the
+// update pipeline applies the CPU updates behind it.
+#include "runtime/engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/data/dataset.h"
+#include "runtime/engine/routes.h"
+#include "runtime/engine/update_pipeline.h"
+#include "runtime/engine/worker.h"
+#include "runtime/model/hf_checkpoint.h"
+#include "runtime/state/host_state.h"
+#include "runtime/state/lr_schedule.h"
+
+namespace slidedp {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+absl::StatusOr<ModelConfig> ResolveModel(const std::string& model, bool* from_dir) {
+  *from_dir = std::filesystem::exists(std::filesystem::path(model) / "config.json");
+  if (*from_dir) return LoadModelConfig(model);
+  absl::StatusOr<ModelConfig> preset = PresetConfig(model);
+  if (!preset.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model: '", model, "' is neither a model directory with config.json nor a preset (",
+        preset.status().message(), ")"));
+  }
+  return preset;
+}
+
+class EngineTrainer final : public Trainer {
+ public:
+  EngineTrainer(const TrainConfig& config, const ModelConfig& model, std::unique_ptr<HostState> state,
+                std::unique_ptr<Dataset> data)
+      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)) {
+    int64_t max_numel = 0;
+    for (const UnitLayout& u : state_->layout().units) max_numel = std::max(max_numel, u.numel);
+    shared_ = std::make_unique<RouteShared>(config.workers, max_numel, /*pin=*/false);
+    pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
+    for (int w = 0; w < config.workers; ++w) {
+      workers_.push_back(std::make_unique<Worker>(w, config_, state_.get(), pipeline_.get(),
+                                                  shared_.get(), at::Device(at::kCPU)));
+    }
+  }
+  ~EngineTrainer() override { pipeline_.reset(); }
+
+  absl::StatusOr<StepStats> Step() override;
+  absl::Status Drain() override {
+    pipeline_->Drain();
+    return absl::OkStatus();
+  }
+  int64_t completed_steps() const override { return step_; }
+  const TrainConfig& config() const override { return config_; }
+  const ModelConfig& model_config() const override { return model_; }
+  int64_t num_parameters() const override { return state_->layout().total_numel; }
+  std::string WeightsDigest() override {
+    pipeline_->Drain();
+    return state_->MasterDigest();
+  }
+  absl::Status ExportHf(const std::string& dir) override {
+    pipeline_->Drain();
+    const ModelLayout& layout = state_->layout();
+    return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
+      return state_->unit(u).master.data_ptr<float>() + layout.units[u].params[p].offset;
+    }, "F32", int64_t{4} << 30);
+  }
+
+ private:
+  // Splits a batch of rows into per-worker micro-batches of int64 tensors.
+  std::vector<WorkerBatch> Split(const TokenBatch& b, int64_t* target_tokens) const;
+
+  const TrainConfig config_;
+  const ModelConfig model_;
+  std::unique_ptr<HostState> state_;
+  std::unique_ptr<Dataset> data_;
+  std::unique_ptr<RouteShared> shared_;
+  std::unique_ptr<UpdatePipeline> pipeline_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  int64_t step_ = 0;
+};
+
+std::vector<WorkerBatch> EngineTrainer::Split(const TokenBatch& b, int64_t* target_tokens) const {
+  const int64_t T = b.seq_len, mbs = config_.micro_batch_size;
+  at::Tensor inputs = at::empty({b.rows, T}, at::kLong);
+  at::Tensor targets = at::empty({b.rows, T}, at::kLong);
+  int64_t* in = inputs.data_ptr<int64_t>();
+  int64_t* tg = targets.data_ptr<int64_t>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < b.rows * T; ++i) {
+    in[i] = b.inputs[i];
+    tg[i] = b.targets[i];
+    count += b.targets[i] != kIgnoreIndex;
+  }
+  *target_tokens = count;
+  std::vector<WorkerBatch> out(config_.workers);
+  int64_t row = 0;
+  for (int w = 0; w < config_.workers; ++w) {
+    for (int64_t k = 0; k < config_.grad_accum; ++k, row += mbs) {
+      out[w].inputs.push_back(inputs.narrow(0, row, mbs));
+      out[w].targets.push_back(targets.narrow(0, row, mbs));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<StepStats> EngineTrainer::Step() {
+  const double t0 = Now();
+  absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
+  if (!batch.ok()) return batch.status();
+  int64_t tokens = 0;
+  std::vector<WorkerBatch> parts = Split(*batch, &tokens);
+  const double inv_tokens = tokens > 0 ? 1.0 / static_cast<double>(tokens) : 0.0;
+  const double lr = LearningRate(config_.optimizer, step_, config_.steps);
+  pipeline_->BeginStep(step_, lr);
+
+  std::vector<WorkerStepResult> results(workers_.size());
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    threads.emplace_back([&, w] { results[w] = workers_[w]->RunStep(step_, parts[w], inv_tokens); });
+  }
+  for (std::thread& t : threads) t.join();
+
+  const StepUpdateSummary u = pipeline_->Summary(step_);
+  StepStats s;
+  s.step = ++step_;
+  for (const WorkerStepResult& r : results) {
+    s.loss += r.loss_sum;
+    s.forward_seconds += r.forward_seconds;
+    s.backward_seconds += r.backward_seconds;
+    s.update_wait_seconds += r.wait_seconds;
+    s.h2d_bytes += r.transfers.h2d_bytes;
+    s.d2h_bytes += r.transfers.d2h_bytes;
+  }
+  s.grad_norm = u.grad_norm;
+  s.lr = lr;
+  s.skipped = u.skipped || !std::isfinite(s.loss);
+  s.tokens = tokens;
+  s.update_busy_seconds = pipeline_->TakeBusySeconds();
+  s.step_seconds = Now() - t0;
+  s.tokens_per_second = s.step_seconds > 0 ? tokens / s.step_seconds : 0.0;
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config) {
+  if (absl::Status s = ValidateTrainConfig(config); !s.ok()) return s;
+  if (config.device != "cpu") {
+    return absl::UnimplementedError("device: '" + config.device +
+                                    "' is not built into this engine yet; use device: cpu");
+  }
+  if (absl::Status s = ParseParamRoute(config.policy.param_route).status(); !s.ok()) return s;
+  if (absl::Status s = ParseGradRoute(config.policy.grad_route).status(); !s.ok()) return s;
+  bool from_dir = false;
+  absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
+  if (!model.ok()) return model.status();
+  const at::ScalarType dtype = config.compute_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  auto state = std::make_unique<HostState>(*model, dtype, config.policy.chunk_elems, /*pin=*/false);
+  if (from_dir) {
+    if (absl::Status s = state->LoadHf(config.model); !s.ok()) return s;
+  } else {
+    state->InitRandom(config.seed);
+  }
+  absl::StatusOr<std::unique_ptr<Dataset>> data =
+      OpenDataset(config.data, config.seq_len, model->vocab_size, config.seed);
+  if (!data.ok()) return data.status();
+  return std::unique_ptr<Trainer>(
+      new EngineTrainer(config, *model, std::move(state), std::move(*data)));
+}
+
+}  // namespace slidedp

@@ -1,0 +1,63 @@
+// Trainer: one training job on the engine. Owns the host state, the workers (devices),
+// the dataset and the update pipeline. Step() runs one optimizer step of DESIGN.md's
+// step; it is called from one thread at a time (the job's thread). Updates of the last
+// step may still be running on the update thread when Step() returns; Drain() waits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/model/model_config.h"
+#include "runtime/train_config.h"
+
+namespace slidedp {
+
+struct StepStats {
+  int64_t step = 0;             // number of completed steps, this one included (1-based)
+  double loss = 0.0;            // mean token loss over the global batch
+  double grad_norm = 0.0;       // global gradient L2 norm before clipping
+  double lr = 0.0;              // learning rate applied by this step's update
+  int64_t tokens = 0;           // tokens with a loss in this step
+  double step_seconds = 0.0;    // wall time of Step()
+  double tokens_per_second = 0.0;
+  bool skipped = false;         // non-finite loss or gradient: no update was applied
+  // Parts of the step (seconds, summed over workers where parallel).
+  double forward_seconds = 0.0;
+  double backward_seconds = 0.0;
+  double update_wait_seconds = 0.0;  // workers waiting for CPU updates of the previous step
+  double update_busy_seconds = 0.0;  // CPU AdamW time of this step's updates
+  int64_t h2d_bytes = 0;             // parameter bytes to devices (all workers)
+  int64_t d2h_bytes = 0;             // gradient bytes to the host (all workers)
+};
+
+class Trainer {
+ public:
+  // Validates the config, builds or loads the model, opens the data, allocates the host
+  // state and per-worker buffers. Errors name the field or file at fault.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config);
+  virtual ~Trainer() = default;
+
+  // Runs the next optimizer step.
+  virtual absl::StatusOr<StepStats> Step() = 0;
+
+  // Waits until every update issued so far has been applied to the host state.
+  virtual absl::Status Drain() = 0;
+
+  virtual int64_t completed_steps() const = 0;
+  virtual const TrainConfig& config() const = 0;
+  virtual const ModelConfig& model_config() const = 0;
+  virtual int64_t num_parameters() const = 0;
+
+  // 64-bit FNV-1a digest of every unit's fp32 master weights (after Drain()), as 16 hex
+  // digits: equal digests mean bit-identical weights.
+  virtual std::string WeightsDigest() = 0;
+
+  // Writes the trained weights as a Hugging Face directory (config.json,
+  // model.safetensors or shards + index), after Drain().
+  virtual absl::Status ExportHf(const std::string& dir) = 0;
+};
+
+}  // namespace slidedp

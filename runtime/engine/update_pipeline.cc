@@ -1,0 +1,163 @@
+// UpdatePipeline: see update_pipeline.h.
+#include "runtime/engine/update_pipeline.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "runtime/state/adamw.h"
+
+namespace slidedp {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+UpdatePipeline::UpdatePipeline(HostState* state, const TrainConfig& config)
+    : state_(state),
+      config_(config),
+      units_(state->num_units()),
+      clip_(config.optimizer.max_grad_norm > 0),
+      version_(units_, 0),
+      sumsq_(units_, 0.0) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+UpdatePipeline::~UpdatePipeline() {
+  Drain();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void UpdatePipeline::BeginStep(int64_t step, double lr) {
+  absl::MutexLock lock(&mu_);
+  step_ = step;
+  lr_ = lr;
+  landed_ = 0;
+  std::fill(sumsq_.begin(), sumsq_.end(), 0.0);
+  summary_ = StepUpdateSummary();
+  summary_.lr = lr;
+}
+
+double UpdatePipeline::WaitParamsReady(int u, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_[u] >= step; };
+  if (ready()) return 0.0;
+  const double t0 = Now();
+  mu_.Await(absl::Condition(&ready));
+  return Now() - t0;
+}
+
+void UpdatePipeline::GradLanded(int u, int64_t step, double sumsq) {
+  absl::MutexLock lock(&mu_);
+  sumsq_[u] = sumsq;
+  ++landed_;
+  const bool finite = std::isfinite(sumsq);
+  if (!finite && summary_.bad_unit < 0) summary_.bad_unit = u;
+  if (!clip_) {
+    // Speculative: a unit updates as soon as it lands; a non-finite unit is skipped.
+    Enqueue({u, step, 1.0, !finite, lr_, adam_steps_ + 1});
+    if (!finite) summary_.skipped = true;
+  } else if (landed_ == units_) {
+    ScheduleAll();
+  }
+}
+
+void UpdatePipeline::ScheduleAll() {
+  double total = 0.0;
+  for (double s : sumsq_) total += s;
+  summary_.grad_norm = std::sqrt(total);
+  const bool finite = std::isfinite(total);
+  summary_.skipped = !finite;
+  // torch.nn.utils.clip_grad_norm_: scale = min(1, max_norm / (norm + 1e-6)).
+  const double scale = std::min(1.0, config_.optimizer.max_grad_norm / (summary_.grad_norm + 1e-6));
+  summary_.clip_scale = finite ? scale : 0.0;
+  if (finite) ++adam_steps_;
+  for (int u = 0; u < units_; ++u) Enqueue({u, step_, scale, !finite, lr_, adam_steps_});
+}
+
+void UpdatePipeline::Enqueue(const Task& t) {
+  queue_.push_back(t);
+  ++pending_;
+}
+
+StepUpdateSummary UpdatePipeline::Summary(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (!clip_ && step_ == step) {
+    double total = 0.0;
+    for (double s : sumsq_) total += s;
+    summary_.grad_norm = std::sqrt(total);
+    // Without clipping the units of this step were enqueued with AdamW step
+    // adam_steps_ + 1 as they landed; the next step uses the one after.
+    ++adam_steps_;
+  }
+  return summary_;
+}
+
+void UpdatePipeline::Drain() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ == 0; };
+  mu_.Await(absl::Condition(&idle));
+}
+
+double UpdatePipeline::TakeBusySeconds() {
+  absl::MutexLock lock(&mu_);
+  const double b = busy_seconds_;
+  busy_seconds_ = 0.0;
+  return b;
+}
+
+void UpdatePipeline::Loop() {
+  for (;;) {
+    Task t;
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&work));
+      if (queue_.empty()) return;  // stop_ with nothing left
+      t = queue_.front();
+      queue_.pop_front();
+    }
+    const double t0 = Now();
+    if (!t.skip) Apply(t);
+    const double busy = Now() - t0;
+    absl::MutexLock lock(&mu_);
+    version_[t.unit] = t.step + 1;
+    busy_seconds_ += busy;
+    --pending_;
+  }
+}
+
+void UpdatePipeline::Apply(const Task& t) {
+  UnitState& s = state_->unit(t.unit);
+  const UnitLayout& layout = state_->layout().units[t.unit];
+  AdamWHyper h;
+  h.lr = static_cast<float>(t.lr);
+  h.step = t.adam_step;
+  h.beta1 = static_cast<float>(config_.optimizer.beta1);
+  h.beta2 = static_cast<float>(config_.optimizer.beta2);
+  h.eps = static_cast<float>(config_.optimizer.eps);
+  h.grad_scale = static_cast<float>(t.scale);
+  float* p = s.master.data_ptr<float>();
+  const float* g = s.grad.data_ptr<float>();
+  float* m = s.m.data_ptr<float>();
+  float* v = s.v.data_ptr<float>();
+  const int threads = config_.policy.update_threads;
+  for (const Chunk& c : state_->chunks(t.unit)) {
+    // Within a chunk, each parameter's overlapping range gets its own decay setting.
+    for (const ParamSpec& ps : layout.params) {
+      const int64_t b = std::max(c.begin, ps.offset), e = std::min(c.end, ps.offset + ps.numel);
+      if (e <= b) continue;
+      h.weight_decay = ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f;
+      AdamWUpdate(h, e - b, p + b, g + b, m + b, v + b, threads);
+    }
+    state_->RefreshParams(t.unit, c.begin, c.end);
+  }
+}
+
+}  // namespace slidedp

@@ -1,0 +1,90 @@
+// UpdatePipeline: the CPU side of DESIGN.md's step 5. It learns when each unit's
+// reduced gradient has landed in the host state, keeps the per-unit squared norms, and
+// runs AdamW on its own thread: with clipping, once every unit has landed, in forward
+// order (overlapping the next step's forward); without clipping, each unit as soon as
+// it lands (overlapping backward). It publishes a version per unit so that workers
+// start a unit's next forward only after its update.
+// Threads: GradLanded/WaitParamsReady from worker threads, BeginStep/Drain/Summary from
+// the trainer's thread, the updates on the pipeline's own thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/state/host_state.h"
+#include "runtime/train_config.h"
+
+namespace slidedp {
+
+struct StepUpdateSummary {
+  double grad_norm = 0.0;   // global L2 norm before clipping
+  double clip_scale = 1.0;  // factor applied to the gradients
+  double lr = 0.0;
+  bool skipped = false;     // non-finite gradient: no update of this step
+  int bad_unit = -1;        // first unit whose gradient was non-finite
+};
+
+class UpdatePipeline {
+ public:
+  UpdatePipeline(HostState* state, const TrainConfig& config);
+  ~UpdatePipeline();  // drains, then joins the update thread
+
+  // Trainer: step `step` (0-based) begins; `lr` is its learning rate.
+  void BeginStep(int64_t step, double lr);
+
+  // Worker: blocks until unit `u` holds the weights that step `step` must use (that is,
+  // the updates of steps 0..step-1 are applied). Returns the seconds waited.
+  double WaitParamsReady(int u, int64_t step);
+
+  // Worker (one call per unit per step): unit `u`'s reduced gradient of `step` is in
+  // state->unit(u).grad, with squared L2 norm `sumsq`.
+  void GradLanded(int u, int64_t step, double sumsq);
+
+  // Trainer, once per step after every worker finished `step`: the gradient summary
+  // (norm, clip scale, skipped). Updates may still be running.
+  StepUpdateSummary Summary(int64_t step);
+
+  // Blocks until every update issued so far is applied; returns the CPU seconds the
+  // update thread spent on AdamW since the last Drain/TakeBusySeconds.
+  void Drain();
+  double TakeBusySeconds();
+
+ private:
+  struct Task {
+    int unit;
+    int64_t step;
+    double scale;
+    bool skip;
+    double lr;
+    int64_t adam_step;  // 1-based AdamW step for bias correction
+  };
+  void Loop();
+  void Enqueue(const Task& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Apply(const Task& t);
+
+  HostState* const state_;
+  const TrainConfig config_;
+  const int units_;
+  const bool clip_;
+
+  absl::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> version_ ABSL_GUARDED_BY(mu_);  // updates applied or skipped, per unit
+  std::vector<double> sumsq_ ABSL_GUARDED_BY(mu_);
+  int landed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t step_ ABSL_GUARDED_BY(mu_) = -1;
+  double lr_ ABSL_GUARDED_BY(mu_) = 0.0;
+  int64_t adam_steps_ ABSL_GUARDED_BY(mu_) = 0;  // steps whose updates were applied
+  StepUpdateSummary summary_ ABSL_GUARDED_BY(mu_);
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  double busy_seconds_ ABSL_GUARDED_BY(mu_) = 0.0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace slidedp

@@ -1,0 +1,107 @@
+// CPU AdamW and the sum of squares over flat fp32 buffers; see adamw.h. The buffers are
+// cut into fixed tiles (kTile elements, aligned to element 0) that a process-wide
+// thread pool shares out; the per-element arithmetic (adamw_kernels.h) does not depend
+// on the tiling, and SumSquares adds its per-tile partial sums in tile order, so both
+// give bit-identical results for every thread count.
+// Threads: any thread. Calls with threads == 1 or fewer than two tiles of work run on
+// the caller alone without locks; larger calls share one pool and are serialized.
+#include "runtime/state/adamw.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/state/adamw_kernels.h"
+#include "runtime/state/thread_pool.h"
+
+namespace slidedp {
+namespace {
+
+using adamw_internal::BestIsa;
+using adamw_internal::Coeffs;
+using adamw_internal::Isa;
+
+// 16K floats: 64 KiB per stream, a multiple of every vector width.
+constexpr int64_t kTile = int64_t{1} << 14;
+constexpr int kMaxThreads = 256;
+
+int ResolveThreads(int threads) {
+  if (threads <= 0) threads = AvailableCpus();
+  return std::min(threads, kMaxThreads);
+}
+
+// The process-wide pool, grown (replaced) when a call asks for more threads than it
+// has. Never destroyed: its idle threads just end with the process.
+class SharedPool {
+ public:
+  static SharedPool& Get() {
+    static SharedPool* pool = new SharedPool;
+    return *pool;
+  }
+
+  void ParallelFor(int64_t n, int threads, ThreadPool::TileFn fn) {
+    absl::MutexLock lock(&mu_);
+    if (pool_ == nullptr || pool_->num_threads() < threads) {
+      pool_.reset();  // joins the old threads first
+      pool_ = std::make_unique<ThreadPool>(std::max(threads, AvailableCpus()));
+    }
+    pool_->ParallelFor(n, kTile, fn, threads);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs fn over the tiles of [0, n) on up to `threads` threads.
+void ForEachTile(int64_t n, int threads, ThreadPool::TileFn fn) {
+  if (n <= 0) return;
+  if (threads <= 1 || n <= kTile) {
+    for (int64_t b = 0; b < n; b += kTile) fn(b, std::min(n, b + kTile));
+    return;
+  }
+  SharedPool::Get().ParallelFor(n, threads, fn);
+}
+
+}  // namespace
+
+void AdamWReference(const AdamWHyper& h, int64_t n, float* param, const float* grad, float* m,
+                    float* v) {
+  const Coeffs c = adamw_internal::MakeCoeffs(h);
+  for (int64_t i = 0; i < n; ++i) {
+    adamw_internal::AdamWElement(c, &param[i], grad[i], &m[i], &v[i]);
+  }
+}
+
+void AdamWUpdate(const AdamWHyper& h, int64_t n, float* param, const float* grad, float* m,
+                 float* v, int threads) {
+  const Coeffs c = adamw_internal::MakeCoeffs(h);
+  const Isa isa = BestIsa();
+  ForEachTile(n, ResolveThreads(threads), [&](int64_t b, int64_t e) {
+    adamw_internal::AdamWTile(isa, c, e - b, param + b, grad + b, m + b, v + b);
+  });
+}
+
+double SumSquares(const float* x, int64_t n, int threads) {
+  if (n <= 0) return 0.0;
+  const Isa isa = BestIsa();
+  const int t = ResolveThreads(threads);
+  if (t <= 1 || n <= kTile) {  // the same tiles, summed in the same order, no allocation
+    double total = 0.0;
+    for (int64_t b = 0; b < n; b += kTile) {
+      total += adamw_internal::SumSquaresTile(isa, x + b, std::min(kTile, n - b));
+    }
+    return total;
+  }
+  std::vector<double> partial((n + kTile - 1) / kTile);
+  ForEachTile(n, t, [&](int64_t b, int64_t e) {
+    partial[b / kTile] = adamw_internal::SumSquaresTile(isa, x + b, e - b);
+  });
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,41 @@
+// CPU AdamW over flat fp32 buffers: decoupled weight decay, bias correction, optional
+// weight decay mask by range. Vectorized and multi-threaded; AdamWReference is the
+// readable scalar definition that the fast path is tested against.
+// Called from the engine's update thread; internally fans out to a thread pool.
+#pragma once
+
+#include <cstdint>
+
+namespace slidedp {
+
+struct AdamWHyper {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int64_t step = 1;        // 1-based step for bias correction
+  float grad_scale = 1.0f; // gradients are multiplied by this first (clipping)
+};
+
+// Exactly torch.optim.AdamW's arithmetic order, in fp32:
+//   g = grad_scale * grad
+//   p = p * (1 - lr * wd)
+//   m = b1 m + (1-b1) g;   v = b2 v + (1-b2) g^2
+//   p = p - (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
+// where the m and v updates are fused multiply-adds, fma(g, 1-b1, b1 m) and
+// fma((1-b2) g, g, b2 v), as torch's vectorized CPU kernels compute them, every other
+// op is rounded on its own, and the scalars are computed in double and rounded to fp32
+// (see adamw_kernels.h). AdamWUpdate gives the same bits, for any thread count.
+// Scalar, single-threaded: the reference.
+void AdamWReference(const AdamWHyper& h, int64_t n, float* param, const float* grad,
+                    float* m, float* v);
+
+// Same arithmetic, vectorized, over `threads` threads (0: hardware concurrency).
+void AdamWUpdate(const AdamWHyper& h, int64_t n, float* param, const float* grad,
+                 float* m, float* v, int threads = 0);
+
+// Sum of squares of `n` floats (double accumulation), vectorized, `threads` threads.
+double SumSquares(const float* x, int64_t n, int threads = 0);
+
+}  // namespace slidedp

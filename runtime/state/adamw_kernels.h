@@ -1,0 +1,75 @@
+// The single-threaded inner loops of the CPU optimizer, one per instruction set, over
+// one tile of flat fp32 buffers. runtime/state/adamw.cc picks the best one the CPU
+// supports and fans tiles out to its thread pool; tests call each one directly.
+// Every kernel computes every element with exactly the same fp32 operations as
+// AdamWElement, so all of them are bit-identical to AdamWReference.
+// Threads: pure functions of their arguments; any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/state/adamw.h"
+
+namespace slidedp {
+namespace adamw_internal {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+const char* IsaName(Isa isa);
+bool IsaSupported(Isa isa);  // by this build and this CPU
+Isa BestIsa();               // the fastest supported one (computed once)
+
+// The per-step scalars of AdamWHyper, computed once in double as torch does (its
+// Python-side scalars are doubles) and rounded to fp32, the precision of its kernels.
+struct Coeffs {
+  float grad_scale;  // g = grad_scale * grad
+  float decay;       // 1 - lr * weight_decay
+  float beta1;
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float bias2_sqrt;  // sqrt(1 - beta2^step)
+  float eps;
+  float neg_step_size;  // -lr / (1 - beta1^step)
+};
+Coeffs MakeCoeffs(const AdamWHyper& h);
+
+// Forces `x` to be rounded to fp32 on its own: the compiler may not fuse the product
+// that produced it into a following addition (torch runs those ops as separate kernels).
+inline float Rounded(float x) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+x"(x));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  asm("" : "+w"(x));
+#else
+  volatile float y = x;
+  x = y;
+#endif
+  return x;
+}
+
+// The definition of one element's update, in torch's order (adamw.h). torch's CPU
+// kernels for `m.mul_(b1).add_(g, 1 - b1)` and `v.mul_(b2).addcmul_(g, g, 1 - b2)` use
+// a fused multiply-add, so this does too; everything else is rounded op by op.
+inline void AdamWElement(const Coeffs& c, float* p, float g_raw, float* m, float* v) {
+  const float g = c.grad_scale * g_raw;
+  const float decayed = Rounded(*p * c.decay);
+  const float m_new = __builtin_fmaf(g, c.one_minus_beta1, c.beta1 * *m);
+  const float v_new = __builtin_fmaf(c.one_minus_beta2 * g, g, c.beta2 * *v);
+  const float denom = __builtin_sqrtf(v_new) / c.bias2_sqrt + c.eps;
+  *p = decayed + (c.neg_step_size * m_new) / denom;
+  *m = m_new;
+  *v = v_new;
+}
+
+// AdamW over elements [0, n) of the given buffers with kernel `isa`.
+// Requires IsaSupported(isa).
+void AdamWTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, float* m,
+               float* v);
+
+// Sum of squares of x[0, n) in double with kernel `isa`; the order of additions depends
+// only on `isa` and `n`. Requires IsaSupported(isa).
+double SumSquaresTile(Isa isa, const float* x, int64_t n);
+
+}  // namespace adamw_internal
+}  // namespace slidedp

@@ -1,0 +1,109 @@
+// HostState: see host_state.h.
+#include "runtime/state/host_state.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "runtime/model/hf_checkpoint.h"
+
+namespace slidedp {
+namespace {
+
+uint64_t SplitMix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Standard normal by Box-Muller from splitmix64; deterministic everywhere.
+void FillNormal(float* out, int64_t n, float stddev, uint64_t seed) {
+  uint64_t s = seed;
+  for (int64_t i = 0; i < n; i += 2) {
+    const double u1 = (static_cast<double>(SplitMix64(s) >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = static_cast<double>(SplitMix64(s) >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    out[i] = static_cast<float>(stddev * r * std::cos(2 * M_PI * u2));
+    if (i + 1 < n) out[i + 1] = static_cast<float>(stddev * r * std::sin(2 * M_PI * u2));
+  }
+}
+
+at::Tensor Alloc(int64_t n, at::ScalarType dtype, bool pin) {
+  return at::zeros({n}, at::TensorOptions().dtype(dtype).pinned_memory(pin));
+}
+
+}  // namespace
+
+HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems,
+                     bool pin)
+    : config_(config), layout_(BuildLayout(config)), compute_dtype_(compute_dtype) {
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const int64_t n = layout_.units[u].numel;
+    UnitState s;
+    s.master = Alloc(n, at::kFloat, false);
+    s.m = Alloc(n, at::kFloat, false);
+    s.v = Alloc(n, at::kFloat, false);
+    s.params = Alloc(n, compute_dtype, pin);
+    s.grad = Alloc(n, at::kFloat, pin);
+    units_.push_back(std::move(s));
+    std::vector<Chunk> cs;
+    const int64_t step = chunk_elems > 0 ? chunk_elems : n;
+    for (int64_t b = 0; b < n; b += step) cs.push_back({u, b, std::min(n, b + step)});
+    if (cs.empty()) cs.push_back({u, 0, 0});
+    chunks_.push_back(std::move(cs));
+  }
+}
+
+void HostState::InitRandom(uint64_t seed) {
+  uint64_t tensor_seed = seed * 0x100000001B3ull + 1;
+  for (int u = 0; u < num_units(); ++u) {
+    float* base = units_[u].master.data_ptr<float>();
+    for (const ParamSpec& p : layout_.units[u].params) {
+      float* dst = base + p.offset;
+      tensor_seed = tensor_seed * 6364136223846793005ull + 1442695040888963407ull;
+      const bool is_norm = p.name.find("norm.weight") != std::string::npos;
+      const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
+      if (is_norm) {
+        std::fill(dst, dst + p.numel, 1.0f);
+      } else if (is_bias) {
+        std::fill(dst, dst + p.numel, 0.0f);
+      } else {
+        FillNormal(dst, p.numel, 0.02f, tensor_seed);
+      }
+    }
+  }
+  RefreshAllParams();
+}
+
+absl::Status HostState::LoadHf(const std::string& model_dir) {
+  absl::Status s = LoadHfWeights(model_dir, layout_, [&](int u, int p) {
+    return units_[u].master.data_ptr<float>() + layout_.units[u].params[p].offset;
+  });
+  if (s.ok()) RefreshAllParams();
+  return s;
+}
+
+void HostState::RefreshParams(int u, int64_t begin, int64_t end) {
+  if (end <= begin) return;
+  units_[u].params.narrow(0, begin, end - begin).copy_(units_[u].master.narrow(0, begin, end - begin));
+}
+
+void HostState::RefreshAllParams() {
+  for (int u = 0; u < num_units(); ++u) RefreshParams(u, 0, layout_.units[u].numel);
+}
+
+std::string HostState::MasterDigest() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const UnitState& s : units_) {
+    const auto* p = static_cast<const unsigned char*>(s.master.data_ptr());
+    const int64_t bytes = s.master.numel() * 4;
+    for (int64_t i = 0; i < bytes; ++i) {
+      h ^= p[i];
+      h *= 0x100000001B3ull;
+    }
+  }
+  return absl::StrFormat("%016x", h);
+}
+
+}  // namespace slidedp

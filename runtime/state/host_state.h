@@ -1,0 +1,73 @@
+// HostState: the one authoritative training state of a job, in host memory, whatever
+// the number of workers: per unit the fp32 master weights, AdamW moments m and v, the
+// copy that is streamed to the devices (compute dtype) and the fp32 gradient that the
+// workers' reductions land in. Buffers are allocated once.
+// Threads: workers read `params` and write `grad` of a unit only in the phases the
+// update pipeline allows (see runtime/engine/update_pipeline.h); the update thread
+// writes master, m, v and params.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/param_layout.h"
+
+namespace slidedp {
+
+struct UnitState {
+  at::Tensor master;  // fp32 [numel]
+  at::Tensor m;       // fp32 [numel]
+  at::Tensor v;       // fp32 [numel]
+  at::Tensor params;  // compute dtype [numel]: what is streamed to the devices
+  at::Tensor grad;    // fp32 [numel]: the reduced gradient of the current step
+};
+
+// A contiguous range of one unit's flat buffer; chunks are the pipeline's granularity.
+struct Chunk {
+  int unit = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+class HostState {
+ public:
+  // Allocates zeroed buffers for every unit. `pin` asks for page-locked memory
+  // (needs a CUDA-enabled LibTorch). `chunk_elems` 0 means one chunk per unit.
+  HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems, bool pin);
+
+  // Seeded random initialization as Hugging Face does it: weights ~ N(0, 0.02), norm
+  // weights 1, biases 0. Identical for a seed on every machine (own generator).
+  void InitRandom(uint64_t seed);
+
+  // Loads the weights of a Hugging Face model directory (shapes checked).
+  absl::Status LoadHf(const std::string& model_dir);
+
+  // Rewrites the streamed copy of `unit` in [begin, end) from the master weights.
+  void RefreshParams(int unit, int64_t begin, int64_t end);
+  void RefreshAllParams();
+
+  // FNV-1a over every unit's master bytes, 16 hex digits.
+  std::string MasterDigest() const;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelLayout& layout() const { return layout_; }
+  int num_units() const { return layout_.num_units(); }
+  UnitState& unit(int u) { return units_[u]; }
+  const UnitState& unit(int u) const { return units_[u]; }
+  const std::vector<Chunk>& chunks(int u) const { return chunks_[u]; }
+  at::ScalarType compute_dtype() const { return compute_dtype_; }
+
+ private:
+  ModelConfig config_;
+  ModelLayout layout_;
+  at::ScalarType compute_dtype_;
+  std::vector<UnitState> units_;
+  std::vector<std::vector<Chunk>> chunks_;
+};
+
+}  // namespace slidedp
