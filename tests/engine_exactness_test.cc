@@ -2,6 +2,7 @@
 // straightforward AdamW (fp32): W workers x micro-batches, chunked units, the routes,
 // clipping on and off, must give the same weights after 5 steps within 1e-5 relative.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
