@@ -94,7 +94,7 @@ absl::Status BadTensor(absl::string_view file, absl::string_view tensor, absl::s
       absl::StrCat("safetensors file '", file, "': tensor '", tensor, "': ", msg));
 }
 
-// A JSON value that is a non-negative integer fitting int64, or an error message.
+// True, with *out set, when `v` is a non-negative integer that fits int64.
 bool NonNegativeInt(const json& v, int64_t* out) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();

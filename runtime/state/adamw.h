@@ -31,7 +31,7 @@ struct AdamWHyper {
 void AdamWReference(const AdamWHyper& h, int64_t n, float* param, const float* grad,
                     float* m, float* v);
 
-// Same arithmetic, vectorized, over `threads` threads (0: hardware concurrency).
+// Same arithmetic, vectorized, over `threads` threads (0: every CPU this process may use).
 void AdamWUpdate(const AdamWHyper& h, int64_t n, float* param, const float* grad,
                  float* m, float* v, int threads = 0);
 

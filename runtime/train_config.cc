@@ -1,0 +1,539 @@
+// TrainConfig: YAML/JSON parsing, validation and JSON output; see train_config.h.
+// One list of fields per struct (VisitFields) drives the YAML reader, the JSON writer
+// and the "did you mean" suggestions, so a new struct member needs one line here.
+// Plain functions; no threads.
+#include "runtime/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace slidedp {
+namespace {
+
+// ---------------------------------------------------------------- the field lists
+
+template <typename V>
+void VisitFields(DataConfig& d, V& v) {
+  v.Field("format", d.format);
+  v.Field("path", d.path);
+  v.Field("token_dtype", d.token_dtype);
+  v.Field("shuffle", d.shuffle);
+}
+
+template <typename V>
+void VisitFields(OptimizerConfig& o, V& v) {
+  v.Field("lr", o.lr);
+  v.Field("min_lr_ratio", o.min_lr_ratio);
+  v.Field("warmup_steps", o.warmup_steps);
+  v.Field("schedule", o.schedule);
+  v.Field("beta1", o.beta1);
+  v.Field("beta2", o.beta2);
+  v.Field("eps", o.eps);
+  v.Field("weight_decay", o.weight_decay);
+  v.Field("max_grad_norm", o.max_grad_norm);
+}
+
+template <typename V>
+void VisitFields(PolicyConfig& p, V& v) {
+  v.Field("chunk_elems", p.chunk_elems);
+  v.Field("prefetch_depth", p.prefetch_depth);
+  v.Field("param_route", p.param_route);
+  v.Field("grad_route", p.grad_route);
+  v.Field("activations", p.activations);
+  v.Field("loss_chunk_tokens", p.loss_chunk_tokens);
+  v.Field("update_threads", p.update_threads);
+}
+
+template <typename V>
+void VisitFields(TrainConfig& c, V& v) {
+  v.Field("model", c.model);
+  v.Section("data", c.data);
+  v.Field("seq_len", c.seq_len);
+  v.Field("micro_batch_size", c.micro_batch_size);
+  v.Field("grad_accum", c.grad_accum);
+  v.Field("workers", c.workers);
+  v.Field("device", c.device);
+  v.Field("compute_dtype", c.compute_dtype);
+  v.Field("steps", c.steps);
+  v.Section("optimizer", c.optimizer);
+  v.Field("seed", c.seed);
+  v.Field("checkpoint_dir", c.checkpoint_dir);
+  v.Field("checkpoint_interval", c.checkpoint_interval);
+  v.Field("keep_checkpoints", c.keep_checkpoints);
+  v.Field("output_dir", c.output_dir);
+  v.Section("policy", c.policy);
+  v.Field("log_every", c.log_every);
+}
+
+// Every field's full name ("optimizer.lr"), sections included.
+class NameCollector {
+ public:
+  explicit NameCollector(std::string prefix = "") : prefix_(std::move(prefix)) {}
+  template <typename T>
+  void Field(const char* name, T&) {
+    names_.push_back(prefix_ + name);
+  }
+  template <typename T>
+  void Section(const char* name, T& sub) {
+    names_.push_back(prefix_ + name);
+    NameCollector c(prefix_ + name + ".");
+    VisitFields(sub, c);
+    names_.insert(names_.end(), c.names_.begin(), c.names_.end());
+  }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  std::string prefix_;
+  std::vector<std::string> names_;
+};
+
+const std::vector<std::string>& AllFieldNames() {
+  static const std::vector<std::string>* names = [] {
+    TrainConfig c;
+    NameCollector collector;
+    VisitFields(c, collector);
+    return new std::vector<std::string>(collector.names());
+  }();
+  return *names;
+}
+
+// ---------------------------------------------------------------- suggestions
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string Leaf(const std::string& full) {
+  const size_t dot = full.rfind('.');
+  return dot == std::string::npos ? full : full.substr(dot + 1);
+}
+
+std::string Parent(const std::string& full) {
+  const size_t dot = full.rfind('.');
+  return dot == std::string::npos ? "" : full.substr(0, dot + 1);
+}
+
+// The known field the user most likely meant by the unknown `full` name, or "".
+// The same name in another section wins; else the closest name in the same section.
+std::string Suggest(const std::string& full) {
+  const std::string leaf = Leaf(full), parent = Parent(full);
+  for (const std::string& known : AllFieldNames()) {
+    if (Leaf(known) == leaf && known != full) return known;
+  }
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, leaf.size() / 3) + 1;
+  for (const std::string& known : AllFieldNames()) {
+    if (Parent(known) != parent) continue;
+    const size_t d = EditDistance(leaf, Leaf(known));
+    if (d < best_distance) best_distance = d, best = known;
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------- locations
+
+// Where the fields of one parse came from, for messages.
+struct Locations {
+  std::string source;
+  std::map<std::string, int> lines;  // full field name -> 1-based line of its key
+
+  // " in SOURCE at line N" for `field`, or for its section when it is not in the file.
+  std::string Where(const std::string& field) const {
+    for (std::string f = field; !f.empty();) {
+      auto it = lines.find(f);
+      if (it != lines.end()) return absl::StrCat(" in ", source, " at line ", it->second);
+      const size_t dot = f.rfind('.');
+      f = dot == std::string::npos ? "" : f.substr(0, dot);
+    }
+    return absl::StrCat(" in ", source);
+  }
+};
+
+absl::Status FieldError(const std::string& field, const std::string& where,
+                        const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("field '", field, "'", where, " ", what));
+}
+
+// ---------------------------------------------------------------- YAML scalars
+
+bool IsQuoted(const YAML::Node& n) { return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"; }
+
+std::string Describe(const YAML::Node& n) {
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  if (n.IsNull()) return "nothing (null)";
+  if (IsQuoted(n)) return absl::StrCat("the string \"", n.Scalar(), "\"");
+  return absl::StrCat("'", n.Scalar(), "'");
+}
+
+// Decoders: return "" on success, else what is wrong ("must be ..., got ...").
+std::string Decode(const YAML::Node& n, std::string* out) {
+  if (n.IsNull()) {
+    out->clear();
+    return "";
+  }
+  if (!n.IsScalar()) return "must be a string, got " + Describe(n);
+  *out = n.Scalar();
+  return "";
+}
+
+std::string Decode(const YAML::Node& n, bool* out) {
+  if (!n.IsScalar() || IsQuoted(n) || !YAML::convert<bool>::decode(n, *out)) {
+    return "must be true or false, got " + Describe(n);
+  }
+  return "";
+}
+
+std::string Decode(const YAML::Node& n, double* out) {
+  if (!n.IsScalar() || IsQuoted(n) || !absl::SimpleAtod(n.Scalar(), out)) {
+    return "must be a number, got " + Describe(n);
+  }
+  return "";
+}
+
+std::string Decode(const YAML::Node& n, int64_t* out) {
+  if (n.IsScalar() && !IsQuoted(n) && absl::SimpleAtoi(n.Scalar(), out)) return "";
+  double d;
+  if (n.IsScalar() && !IsQuoted(n) && absl::SimpleAtod(n.Scalar(), &d)) {
+    return "must be an integer, got " + Describe(n);
+  }
+  return "must be an integer number, got " + Describe(n);
+}
+
+std::string Decode(const YAML::Node& n, int* out) {
+  int64_t wide = 0;
+  std::string err = Decode(n, &wide);
+  if (!err.empty()) return err;
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max()) {
+    return "is out of range, got " + Describe(n);
+  }
+  *out = static_cast<int>(wide);
+  return "";
+}
+
+std::string Decode(const YAML::Node& n, uint64_t* out) {
+  if (n.IsScalar() && !IsQuoted(n) && absl::SimpleAtoi(n.Scalar(), out)) return "";
+  int64_t negative;
+  if (n.IsScalar() && !IsQuoted(n) && absl::SimpleAtoi(n.Scalar(), &negative)) {
+    return "must be non-negative, got " + Describe(n);
+  }
+  return "must be a non-negative integer, got " + Describe(n);
+}
+
+// ---------------------------------------------------------------- the YAML reader
+
+// Reads the fields of one YAML map into a struct; unknown and duplicate keys are
+// errors. The first error wins; later fields are skipped.
+class YamlReader {
+ public:
+  YamlReader(const YAML::Node& map, std::string prefix, Locations* loc)
+      : prefix_(std::move(prefix)), loc_(loc) {
+    for (auto it = map.begin(); it != map.end() && status_.ok(); ++it)
+      AddEntry(it->first, it->second);
+  }
+
+  template <typename T>
+  void Field(const char* name, T& out) {
+    const Entry* e = Take(name);
+    if (e == nullptr) return;
+    const std::string err = Decode(e->value, &out);
+    if (!err.empty()) status_ = FieldError(prefix_ + name, loc_->Where(prefix_ + name), err);
+  }
+
+  template <typename T>
+  void Section(const char* name, T& out) {
+    const Entry* e = Take(name);
+    if (e == nullptr || e->value.IsNull()) return;  // an empty section keeps the defaults
+    if (!e->value.IsMap()) {
+      status_ = FieldError(prefix_ + name, loc_->Where(prefix_ + name),
+                           "must be a map of fields, got " + Describe(e->value));
+      return;
+    }
+    YamlReader sub(e->value, prefix_ + name + ".", loc_);
+    VisitFields(out, sub);
+    status_ = sub.Finish();
+  }
+
+  // The first error, or the first key that no Field/Section call asked for.
+  absl::Status Finish() const {
+    if (!status_.ok()) return status_;
+    for (const Entry& e : entries_) {
+      if (e.used) continue;
+      const std::string full = prefix_ + e.name;
+      std::string msg = absl::StrCat("unknown field '", full, "'", loc_->Where(full));
+      const std::string hint = Suggest(full);
+      if (!hint.empty()) absl::StrAppend(&msg, "; did you mean '", hint, "'?");
+      return absl::InvalidArgumentError(msg);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    YAML::Node value;
+    bool used = false;
+  };
+
+  void AddEntry(const YAML::Node& key, const YAML::Node& value) {
+    const int line = key.Mark().line + 1;
+    if (!key.IsScalar()) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(
+          "a key", prefix_.empty() ? "" : " in '" + prefix_.substr(0, prefix_.size() - 1) + "'",
+          " in ", loc_->source, " at line ", line, " is not a field name"));
+      return;
+    }
+    const std::string full = prefix_ + key.Scalar();
+    auto [it, fresh] = loc_->lines.emplace(full, line);
+    if (!fresh) {
+      status_ = absl::InvalidArgumentError(absl::StrCat("duplicate field '", full, "' in ",
+                                                        loc_->source, " at line ", line,
+                                                        " (first at line ", it->second, ")"));
+      return;
+    }
+    entries_.push_back(Entry{key.Scalar(), value});
+  }
+
+  // The entry for `name`, marked used; nullptr when absent or after an error.
+  const Entry* Take(const char* name) {
+    if (!status_.ok()) return nullptr;
+    for (Entry& e : entries_) {
+      if (e.name == name) {
+        e.used = true;
+        return &e;
+      }
+    }
+    return nullptr;
+  }
+
+  std::string prefix_;
+  Locations* loc_;
+  std::vector<Entry> entries_;  // in document order
+  absl::Status status_;
+};
+
+// ---------------------------------------------------------------- the JSON writer
+
+class JsonWriter {
+ public:
+  template <typename T>
+  void Field(const char* name, T& value) {
+    json_[name] = value;
+  }
+  template <typename T>
+  void Section(const char* name, T& sub) {
+    JsonWriter w;
+    VisitFields(sub, w);
+    json_[name] = std::move(w.json_);
+  }
+  const nlohmann::ordered_json& json() const { return json_; }
+
+ private:
+  nlohmann::ordered_json json_ = nlohmann::ordered_json::object();
+};
+
+// ---------------------------------------------------------------- validation
+
+struct Problem {
+  std::string field;
+  std::string what;  // "must be ..., got ..."
+};
+
+using Check = std::optional<Problem>;
+
+template <typename T>
+Check InRange(const char* field, T value, T lo, T hi) {
+  if (value >= lo && value <= hi) return std::nullopt;
+  return Problem{field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value)};
+}
+
+template <typename T>
+Check AtLeast(const char* field, T value, T lo) {
+  if (value >= lo) return std::nullopt;
+  return Problem{field, absl::StrCat("must be >= ", lo, ", got ", value)};
+}
+
+Check OneOf(const char* field, const std::string& value, std::vector<std::string> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return std::nullopt;
+  return Problem{
+      field, absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "), "; got '", value, "'")};
+}
+
+// `ok` is written so that NaN fails it.
+Check Real(const char* field, double value, bool ok, const char* rule) {
+  if (ok && !std::isnan(value)) return std::nullopt;
+  return Problem{field, absl::StrCat("must be ", rule, ", got ", value)};
+}
+
+Check CheckData(const DataConfig& d) {
+  if (Check c = OneOf("data.format", d.format, {"synthetic", "tokens", "jsonl"})) return c;
+  if (d.format == "synthetic" && !d.path.empty()) {
+    return Problem{"data.path",
+                   "must be empty when data.format is 'synthetic', got '" + d.path + "'"};
+  }
+  if (d.format != "synthetic" && d.path.empty()) {
+    return Problem{"data.path", "must be set when data.format is '" + d.format + "'"};
+  }
+  return OneOf("data.token_dtype", d.token_dtype, {"uint16", "uint32"});
+}
+
+Check CheckOptimizer(const OptimizerConfig& o) {
+  const bool lr_ok = o.lr > 0 && std::isfinite(o.lr);
+  if (Check c = Real("optimizer.lr", o.lr, lr_ok, "> 0 and finite")) return c;
+  const bool ratio_ok = o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1;
+  if (Check c = Real("optimizer.min_lr_ratio", o.min_lr_ratio, ratio_ok, "in [0, 1]")) return c;
+  if (Check c = AtLeast<int64_t>("optimizer.warmup_steps", o.warmup_steps, 0)) return c;
+  if (Check c = OneOf("optimizer.schedule", o.schedule, {"constant", "linear", "cosine"})) return c;
+  if (Check c = Real("optimizer.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)"))
+    return c;
+  if (Check c = Real("optimizer.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)"))
+    return c;
+  const bool eps_ok = o.eps > 0 && std::isfinite(o.eps);
+  if (Check c = Real("optimizer.eps", o.eps, eps_ok, "> 0 and finite")) return c;
+  const bool wd_ok = o.weight_decay >= 0 && std::isfinite(o.weight_decay);
+  if (Check c = Real("optimizer.weight_decay", o.weight_decay, wd_ok, ">= 0 and finite")) return c;
+  const bool clip_ok = o.max_grad_norm >= 0 && std::isfinite(o.max_grad_norm);
+  return Real("optimizer.max_grad_norm", o.max_grad_norm, clip_ok,
+              ">= 0 and finite (0: no clipping)");
+}
+
+Check CheckPolicy(const PolicyConfig& p) {
+  if (Check c = AtLeast<int64_t>("policy.chunk_elems", p.chunk_elems, 0)) return c;
+  if (Check c = InRange("policy.prefetch_depth", p.prefetch_depth, 1, 8)) return c;
+  if (Check c = OneOf("policy.param_route", p.param_route, {"replicate", "scatter_allgather"}))
+    return c;
+  if (Check c = OneOf("policy.grad_route", p.grad_route,
+                      {"gather_host", "reduce_scatter", "reduce_one"})) {
+    return c;
+  }
+  if (Check c = OneOf("policy.activations", p.activations, {"device", "host"})) return c;
+  if (Check c = AtLeast<int64_t>("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1)) return c;
+  return InRange("policy.update_threads", p.update_threads, 0, 1024);
+}
+
+Check CheckShape(const TrainConfig& c) {
+  if (c.model.empty()) return Problem{"model", "must name a preset or a model directory"};
+  if (Check p = InRange<int64_t>("seq_len", c.seq_len, 1, int64_t{1} << 20)) return p;
+  if (Check p = AtLeast<int64_t>("micro_batch_size", c.micro_batch_size, 1)) return p;
+  if (Check p = AtLeast<int64_t>("grad_accum", c.grad_accum, 1)) return p;
+  if (Check p = InRange("workers", c.workers, 1, 64)) return p;
+  // Keeps tokens_per_step() far from int64 overflow.
+  const double tokens = static_cast<double>(c.micro_batch_size) *
+                        static_cast<double>(c.grad_accum) * c.workers *
+                        static_cast<double>(c.seq_len);
+  if (tokens > std::ldexp(1.0, 40)) {
+    return Problem{"micro_batch_size",
+                   absl::StrCat("makes micro_batch_size * grad_accum * workers * seq_len = ",
+                                tokens, " tokens a step, more than 2^40")};
+  }
+  if (Check p = OneOf("device", c.device, {"cpu", "cuda"})) return p;
+  return OneOf("compute_dtype", c.compute_dtype, {"fp32", "bf16"});
+}
+
+Check CheckRun(const TrainConfig& c) {
+  if (Check p = AtLeast<int64_t>("steps", c.steps, 1)) return p;
+  if (Check p = AtLeast<int64_t>("checkpoint_interval", c.checkpoint_interval, 0)) return p;
+  if (c.checkpoint_interval > 0 && c.checkpoint_dir.empty()) {
+    return Problem{"checkpoint_dir", "must be set when checkpoint_interval > 0"};
+  }
+  if (Check p = AtLeast("keep_checkpoints", c.keep_checkpoints, 1)) return p;
+  return AtLeast<int64_t>("log_every", c.log_every, 1);
+}
+
+Check FindProblem(const TrainConfig& c) {
+  if (Check p = CheckShape(c)) return p;
+  if (Check p = CheckData(c.data)) return p;
+  if (Check p = CheckOptimizer(c.optimizer)) return p;
+  if (Check p = CheckPolicy(c.policy)) return p;
+  return CheckRun(c);
+}
+
+absl::StatusOr<TrainConfig> ParseYaml(std::string_view text, Locations* loc) {
+  const YAML::Node root = YAML::Load(std::string(text));
+  TrainConfig config;
+  if (root.IsNull()) return config;  // an empty file: every default
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(loc->source, ": the top level must be a map of fields, got ", Describe(root)));
+  }
+  YamlReader reader(root, "", loc);
+  VisitFields(config, reader);
+  if (absl::Status s = reader.Finish(); !s.ok()) return s;
+  return config;
+}
+
+}  // namespace
+
+absl::Status ValidateTrainConfig(const TrainConfig& config) {
+  const Check p = FindProblem(config);
+  if (!p) return absl::OkStatus();
+  return FieldError(p->field, "", p->what);
+}
+
+absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_view source) {
+  Locations loc;
+  loc.source = std::string(source);
+  absl::StatusOr<TrainConfig> config;
+  try {
+    config = ParseYaml(text, &loc);
+  } catch (const YAML::Exception& e) {
+    const std::string where = e.mark.is_null()
+                                  ? loc.source
+                                  : absl::StrCat(loc.source, " at line ", e.mark.line + 1,
+                                                 ", column ", e.mark.column + 1);
+    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid YAML or JSON: ", e.msg));
+  }
+  if (!config.ok()) return config.status();
+  if (const Check p = FindProblem(*config))
+    return FieldError(p->field, loc.Where(p->field), p->what);
+  return config;
+}
+
+absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
+  constexpr std::streamoff kMaxBytes = 16 << 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot open config file '" + path + "'");
+  in.seekg(0, std::ios::end);
+  if (in.tellg() > kMaxBytes) {
+    return absl::InvalidArgumentError("config file '" + path + "' is larger than 16 MiB");
+  }
+  in.seekg(0, std::ios::beg);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError("cannot read config file '" + path + "'");
+  return ParseTrainConfig(text.str(), path);
+}
+
+std::string TrainConfigToJson(const TrainConfig& config) {
+  TrainConfig copy = config;  // the visitors take mutable references
+  JsonWriter writer;
+  VisitFields(copy, writer);
+  return writer.json().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace slidedp

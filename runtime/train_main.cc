@@ -1,0 +1,141 @@
+// slidedp-train: runs one training job from a YAML or JSON config file on this host,
+// without the daemon: parse and validate the config, create the Trainer, run its
+// steps with one log line every log_every steps, drain, and export when asked.
+// Exit status: 0 done, 2 bad usage or bad config, 1 a failed job (absl's flag parser
+// also exits with 1 on an unknown flag and after --help).
+// Threads: main only; the Trainer runs its own workers and update thread.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/model/model_config.h"
+#include "runtime/train_config.h"
+
+ABSL_FLAG(bool, dry_run, false,
+          "Parse and validate CONFIG, print the resulting config (every field, defaults "
+          "filled in) as JSON, and exit without training.");
+
+namespace slidedp {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitBadConfig = 2;
+
+constexpr char kUsage[] =
+    R"(Runs one full-parameter training job on this host, from a config file.
+
+Usage: slidedp-train [flags] CONFIG
+
+CONFIG is a YAML or JSON file whose fields are those of slidedp::TrainConfig
+(runtime/train_config.h): top-level fields such as model, seq_len, steps, device,
+workers, and the sections data, optimizer and policy. Fields left out keep their
+defaults; unknown fields and out-of-range values are errors.
+
+Prints one line every log_every steps:
+  step N/STEPS | loss L | grad_norm G | lr LR | T tok/s | S s
+and at the end, when output_dir is set, writes the trained weights there as a
+Hugging Face model directory.
+
+Exit status: 0 done; 2 not exactly one CONFIG, or a bad config; 1 anything else
+(the job failed, an unknown flag, --help).)";
+
+// --help lists this file's flags (absl's default would match only slidedp-train.cc).
+void SetUpUsage() {
+  absl::FlagsUsageConfig config;
+  auto ours = [](absl::string_view path) { return absl::EndsWith(path, "train_main.cc"); };
+  config.contains_help_flags = ours;
+  config.contains_helpshort_flags = ours;
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(kUsage);
+}
+
+int Fail(const absl::Status& status, const char* what) {
+  std::fprintf(stderr, "slidedp-train: %s: %s\n", what, std::string(status.message()).c_str());
+  return kExitFailed;
+}
+
+void PrintStep(const StepStats& s, int64_t total_steps) {
+  std::printf("step %lld/%lld | loss %.4f | grad_norm %.3f | lr %.1e | %.0f tok/s | %.3f s%s\n",
+              static_cast<long long>(s.step), static_cast<long long>(total_steps), s.loss,
+              s.grad_norm, s.lr, s.tokens_per_second, s.step_seconds,
+              s.skipped ? " | skipped (non-finite gradient)" : "");
+  std::fflush(stdout);
+}
+
+void PrintJob(const Trainer& trainer) {
+  const TrainConfig& c = trainer.config();
+  const ModelConfig& m = trainer.model_config();
+  std::printf(
+      "slidedp-train: model %s (%s, %lld layers, %.1fM parameters) | %s x%d | %s | "
+      "%lld tokens/step | %lld steps\n",
+      c.model.c_str(), std::string(FamilyName(m.family)).c_str(),
+      static_cast<long long>(m.num_layers), trainer.num_parameters() / 1e6, c.device.c_str(),
+      c.workers, c.compute_dtype.c_str(), static_cast<long long>(c.tokens_per_step()),
+      static_cast<long long>(c.steps));
+  std::fflush(stdout);
+}
+
+// Runs the job to its last step; returns the exit status.
+int Train(const TrainConfig& config) {
+  absl::StatusOr<std::unique_ptr<Trainer>> created = Trainer::Create(config);
+  if (!created.ok()) return Fail(created.status(), "cannot start the job");
+  Trainer& trainer = **created;
+  PrintJob(trainer);
+  while (trainer.completed_steps() < config.steps) {
+    absl::StatusOr<StepStats> stats = trainer.Step();
+    if (!stats.ok()) {
+      return Fail(stats.status(),
+                  absl::StrFormat("step %d failed", trainer.completed_steps() + 1).c_str());
+    }
+    if (stats->step % config.log_every == 0 || stats->step == config.steps) {
+      PrintStep(*stats, config.steps);
+    }
+  }
+  if (absl::Status s = trainer.Drain(); !s.ok()) return Fail(s, "the last updates failed");
+  if (!config.output_dir.empty()) {
+    if (absl::Status s = trainer.ExportHf(config.output_dir); !s.ok())
+      return Fail(s, "export failed");
+    std::printf("slidedp-train: exported the trained model to %s\n", config.output_dir.c_str());
+  }
+  std::printf("slidedp-train: done, %lld steps\n",
+              static_cast<long long>(trainer.completed_steps()));
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  SetUpUsage();
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2) {
+    std::fprintf(stderr,
+                 "slidedp-train: expected exactly one CONFIG file, got %zu arguments\n"
+                 "usage: slidedp-train [flags] CONFIG   (see --help)\n",
+                 args.size() - 1);
+    return kExitBadConfig;
+  }
+  absl::StatusOr<TrainConfig> config = LoadTrainConfig(args[1]);
+  if (!config.ok()) {
+    std::fprintf(stderr, "slidedp-train: bad config: %s\n",
+                 std::string(config.status().message()).c_str());
+    return kExitBadConfig;
+  }
+  if (absl::GetFlag(FLAGS_dry_run)) {
+    std::printf("%s\n", TrainConfigToJson(*config).c_str());
+    return 0;
+  }
+  return Train(*config);
+}
+
+}  // namespace
+}  // namespace slidedp
+
+int main(int argc, char** argv) { return slidedp::Main(argc, argv); }
