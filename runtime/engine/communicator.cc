@@ -45,7 +45,7 @@ void HostCommunicator::ReduceScatter(int rank, const at::Tensor& in, at::Tensor 
   auto [b, e] = SliceOf(in.numel(), world_, rank);
   if (e > b) {
     at::Tensor acc = posted_[0].narrow(0, b, e - b).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-    for (int r = 1; r < world_; ++r) acc.add_(posted_[r].narrow(0, b, e - b));
+    for (int r = 1; r < world_; ++r) acc.add_(posted_[r].narrow(0, b, e - b).to(acc.device()));
     out.copy_(acc);
   }
   Barrier(rank);
@@ -57,7 +57,7 @@ void HostCommunicator::Reduce(int rank, const at::Tensor& in, at::Tensor out, in
   Barrier(rank);
   if (rank == root) {
     at::Tensor acc = posted_[0].to(at::kFloat, false, true);
-    for (int r = 1; r < world_; ++r) acc.add_(posted_[r]);
+    for (int r = 1; r < world_; ++r) acc.add_(posted_[r].to(acc.device()));
     out.copy_(acc);
   }
   Barrier(rank);

@@ -9,9 +9,14 @@ namespace {
 
 int64_t Bytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
+// Squared norm of a landed host gradient, on the shared AdamW pool (all cores).
 double HostSumSquares(const at::Tensor& t) {
-  return SumSquares(t.data_ptr<float>(), t.numel(), /*threads=*/1);
+  return SumSquares(t.data_ptr<float>(), t.numel(), /*threads=*/0);
 }
+
+// The device gradient in fp32, so that the copy down lands in the host's dtype with
+// no conversion on the CPU.
+at::Tensor Fp32(const at::Tensor& grad) { return grad.to(at::kFloat); }
 
 }  // namespace
 
@@ -32,8 +37,10 @@ absl::StatusOr<GradRoute> ParseGradRoute(const std::string& name) {
 
 RouteShared::RouteShared(int world, int64_t max_unit_numel, bool pin)
     : comm(world), partial_sumsq(world, 0.0) {
-  for (int r = 0; r < world; ++r) {
-    landing.push_back(at::empty({max_unit_numel}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin)));
+  // Rank 0 lands straight in the host state's gradient; the others need a buffer.
+  landing.resize(world);
+  for (int r = 1; r < world; ++r) {
+    landing[r] = at::empty({max_unit_numel}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin));
   }
 }
 
@@ -41,16 +48,20 @@ at::Tensor FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState&
                      const at::Device& device, TransferCounters& counters) {
   const at::Tensor& host = state.unit(u).params;
   at::Tensor slot = at::empty({host.numel()}, host.options().device(device).pinned_memory(false));
+  // From pinned memory the copy is asynchronous on the device's stream. The host copy is
+  // not rewritten before it has run: the unit's update waits for its gradient, which
+  // the same stream produces after this copy.
+  const bool async = host.is_pinned() && device.is_cuda();
   if (route == ParamRoute::kReplicate) {
     for (const Chunk& c : state.chunks(u)) {
-      if (c.end > c.begin) slot.narrow(0, c.begin, c.end - c.begin).copy_(host.narrow(0, c.begin, c.end - c.begin));
+      if (c.end > c.begin) slot.narrow(0, c.begin, c.end - c.begin).copy_(host.narrow(0, c.begin, c.end - c.begin), async);
     }
     counters.h2d_bytes += Bytes(host);
     return slot;
   }
   // scatter_allgather: this rank copies its 1/W, the all-gather brings the rest.
   auto [b, e] = SliceOf(host.numel(), shared.comm.world(), rank);
-  if (e > b) slot.narrow(0, b, e - b).copy_(host.narrow(0, b, e - b));
+  if (e > b) slot.narrow(0, b, e - b).copy_(host.narrow(0, b, e - b), async);
   counters.h2d_bytes += (e - b) * static_cast<int64_t>(host.element_size());
   shared.comm.AllGather(rank, slot);
   return slot;
@@ -66,13 +77,12 @@ void ReduceUnitGrad(GradRoute route, int rank, RouteShared& shared, HostState& s
     case GradRoute::kGatherHost: {
       // Each worker copies its whole gradient down; the CPU sums the W buffers, each
       // rank's thread summing its slice of them.
-      at::Tensor mine = shared.landing[rank].narrow(0, 0, n);
-      mine.copy_(grad);
-      counters.d2h_bytes += Bytes(grad);
+      at::Tensor mine = rank == 0 ? host_grad : shared.landing[rank].narrow(0, 0, n);
+      mine.copy_(Fp32(grad));
+      counters.d2h_bytes += Bytes(mine);
       shared.comm.Barrier(rank);
       auto [b, e] = SliceOf(n, world, rank);
       at::Tensor out = host_grad.narrow(0, b, e - b);
-      out.copy_(shared.landing[0].narrow(0, b, e - b));
       for (int r = 1; r < world; ++r) out.add_(shared.landing[r].narrow(0, b, e - b));
       shared.partial_sumsq[rank] = HostSumSquares(out);
       break;

@@ -28,7 +28,7 @@ absl::StatusOr<GradRoute> ParseGradRoute(const std::string& name);
 struct RouteShared {
   RouteShared(int world, int64_t max_unit_numel, bool pin);
   HostCommunicator comm;
-  std::vector<at::Tensor> landing;  // fp32 [max_unit_numel] per worker
+  std::vector<at::Tensor> landing;  // fp32 [max_unit_numel] per worker but rank 0
   std::vector<double> partial_sumsq;  // written by rank r, read by rank 0 between barriers
 };
 

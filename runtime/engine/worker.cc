@@ -96,12 +96,13 @@ WorkerStepResult Worker::RunStep(int64_t step, const WorkerBatch& batch, double 
 
   // ---------------- embedding: scatter-add of the input gradient ----------------
   const UnitLayout& emb = layout.units[0];
+  // Accumulated in fp32: many rows of a bf16 table would otherwise round away.
   at::Tensor emb_grad = table_leaf.defined() && table_leaf.grad().defined()
-                            ? table_leaf.grad()
-                            : at::zeros({emb.numel}, state_->unit(0).params.options().device(device_));
+                            ? table_leaf.grad().to(at::kFloat)
+                            : at::zeros({emb.numel}, at::TensorOptions().dtype(at::kFloat).device(device_));
   at::Tensor table_grad = emb_grad.view(emb.params[0].shape);
   for (size_t mb = 0; mb < MB; ++mb) {
-    table_grad.index_add_(0, ids[mb].reshape({-1}), grad_h[mb].reshape({-1, cfg.hidden_size}).to(emb_grad.scalar_type()));
+    table_grad.index_add_(0, ids[mb].reshape({-1}), grad_h[mb].reshape({-1, cfg.hidden_size}).to(at::kFloat));
   }
   Reduce(0, step, emb_grad, r);
   r.backward_seconds = Now() - t0;

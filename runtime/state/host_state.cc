@@ -1,8 +1,10 @@
 // HostState: see host_state.h.
 #include "runtime/state/host_state.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "runtime/model/hf_checkpoint.h"
@@ -56,23 +58,41 @@ HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, in
 }
 
 void HostState::InitRandom(uint64_t seed) {
+  // One seed per tensor, in layout order, so that the result does not depend on how
+  // the tensors are spread over threads.
+  struct Fill {
+    float* dst;
+    int64_t n;
+    float value;  // NaN: normal(0, 0.02)
+    uint64_t seed;
+  };
+  std::vector<Fill> fills;
   uint64_t tensor_seed = seed * 0x100000001B3ull + 1;
   for (int u = 0; u < num_units(); ++u) {
     float* base = units_[u].master.data_ptr<float>();
     for (const ParamSpec& p : layout_.units[u].params) {
-      float* dst = base + p.offset;
       tensor_seed = tensor_seed * 6364136223846793005ull + 1442695040888963407ull;
       const bool is_norm = p.name.find("norm.weight") != std::string::npos;
       const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
-      if (is_norm) {
-        std::fill(dst, dst + p.numel, 1.0f);
-      } else if (is_bias) {
-        std::fill(dst, dst + p.numel, 0.0f);
-      } else {
-        FillNormal(dst, p.numel, 0.02f, tensor_seed);
-      }
+      fills.push_back({base + p.offset, p.numel, is_norm ? 1.0f : is_bias ? 0.0f : NAN, tensor_seed});
     }
   }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < fills.size();) {
+      const Fill& f = fills[i];
+      if (std::isnan(f.value)) {
+        FillNormal(f.dst, f.n, 0.02f, f.seed);
+      } else {
+        std::fill(f.dst, f.dst + f.n, f.value);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const unsigned n = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  for (unsigned t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
   RefreshAllParams();
 }
 
