@@ -11,9 +11,10 @@ BUILD_PKGS=(
   libtorch-dev
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libyaml-cpp-dev
-  libsqlite3-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libsqlite3-dev libcpp-httplib-dev libssl-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
 )
-TEST_PKGS=(python3 python3-grpcio python3-protobuf python3-grpc-tools)
+# prometheus brings promtool and a server that the metrics test scrapes with.
+TEST_PKGS=(python3 python3-grpcio python3-protobuf prometheus)
 
 pkgs=("${BUILD_PKGS[@]}")
 if [[ "${1:-}" == "--test" ]]; then

@@ -1,0 +1,18 @@
+// Conversion of absl::Status to grpc::Status. Stateless.
+#include "server/grpc_status.h"
+
+#include <string>
+
+namespace slidedp::server {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl::StatusCode and grpc::StatusCode both follow google.rpc.Code: 1 .. 16.
+  const int code = static_cast<int>(status.code());
+  const grpc::StatusCode grpc_code = (code >= 1 && code <= 16)
+                                         ? static_cast<grpc::StatusCode>(code)
+                                         : grpc::StatusCode::UNKNOWN;
+  return grpc::Status(grpc_code, std::string(status.message()));
+}
+
+}  // namespace slidedp::server

@@ -1,0 +1,182 @@
+// JobManager: the daemon's jobs. A FIFO queue; one job at a time owns the GPUs and runs
+// on the engine (slidedp::Trainer) in the manager's job thread; the lifecycle is
+//   QUEUED -> RUNNING <-> PAUSED -> SUCCEEDED | FAILED | CANCELLED.
+// Pause stops at the next step boundary after Trainer::Drain() and keeps the Trainer
+// (host state) alive, so resume continues exactly; a paused job keeps the GPUs, the
+// queue waits. Cancel destroys the Trainer. Every change is written to the JobStore;
+// step events are kept in memory for WatchJob's replay (at most max_events_per_job per
+// job, and only for unfinished jobs and the 16 latest finished ones).
+// Threads: the public methods are called from gRPC handler threads and take mu_; the
+// job thread takes mu_ only between engine calls (never across Step/Drain/Create).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/train_config.h"
+#include "server/job_store.h"
+#include "server/metrics.h"
+#include "slidedp/v1/job.pb.h"
+
+namespace slidedp::server {
+
+using TrainerFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Trainer>>(const TrainConfig&)>;
+// The spec -> TrainConfig translation with path checks (JobSpecToTrainConfig bound
+// to the daemon's PathPolicy); run again when a job starts, so a path changed into a
+// symlink after submission is still caught.
+using SpecTranslator = std::function<absl::StatusOr<TrainConfig>(const v1::JobSpec&)>;
+
+// Receives the events of one watched job.
+class JobEventSink {
+ public:
+  virtual ~JobEventSink() = default;
+  // Called with the manager's mutex held, from any thread: must not block and must
+  // not call the JobManager. `last`: no event follows (the job finished).
+  virtual void OnJobEvent(const v1::JobEvent& event, bool last) = 0;
+};
+
+struct JobManagerOptions {
+  JobStore* store = nullptr;  // required; outlives the manager
+  TrainerFactory trainer_factory;
+  SpecTranslator translator;
+  Metrics* metrics = nullptr;          // optional; outlives the manager
+  // For slidedp_mfu_ratio; <= 0: 989.4e12 (H100/H200 dense BF16) on cuda, and not
+  // reported on cpu.
+  double peak_flops_per_worker = 0.0;
+  size_t max_events_per_job = 10000;   // kept for WatchJob replay
+  absl::Duration persist_interval = absl::Seconds(1);  // step updates written at most this often
+};
+
+struct NodeSnapshot {
+  std::string running_job_id;
+  int queued_jobs = 0;
+  bool has_step = false;  // last_step is from a real step
+  StepStats last_step;
+  int64_t last_num_parameters = 0;
+};
+
+class JobManager {
+ public:
+  // Loads the store's jobs (QUEUED ones are queued again in submission order; RUNNING
+  // or PAUSED ones, whose daemon stopped under them, become FAILED saying so) and
+  // starts the job thread.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Start(JobManagerOptions options);
+  ~JobManager();  // Shutdown()
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Stops the job thread at the next step boundary: the running (or paused) job
+  // becomes FAILED ("interrupted by daemon shutdown"); queued jobs stay QUEUED in the
+  // store for the next start. Idempotent.
+  void Shutdown();
+
+  // Queues a job for `spec` (already translated, validated and resolved by the
+  // caller). Returns it (QUEUED). UNAVAILABLE when the store cannot record it.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+
+  absl::StatusOr<v1::Job> Get(const std::string& id) const;  // NOT_FOUND
+
+  struct ListResult {
+    std::vector<v1::Job> jobs;
+    std::string next_page_token;  // empty on the last page
+  };
+  // Jobs in submission order whose state is in `states` (empty: all). page_size
+  // 1..1000 (0: 100); page_token from a previous result (INVALID_ARGUMENT if bad).
+  absl::StatusOr<ListResult> List(const std::vector<v1::JobState>& states, int page_size,
+                                  const std::string& page_token) const;
+
+  // Per the TrainingService contract (service.proto): NOT_FOUND for unknown ids,
+  // FAILED_PRECONDITION for states that do not allow the action.
+  absl::StatusOr<v1::Job> Pause(const std::string& id);
+  absl::StatusOr<v1::Job> Resume(const std::string& id);
+  absl::StatusOr<v1::Job> Cancel(const std::string& id);
+
+  // Registers `sink` for job `id`'s events. It first receives the recorded events
+  // (when `replay`) and a TYPE_SNAPSHOT, synchronously; then every new event until the
+  // job finishes (the event with last=true). Returns a handle for Unsubscribe.
+  absl::StatusOr<int64_t> Subscribe(const std::string& id, bool replay, JobEventSink* sink);
+  // After it returns, the subscription's sink is never called again.
+  void Unsubscribe(int64_t subscription);
+
+  NodeSnapshot node_snapshot() const;
+
+ private:
+  struct Entry {
+    v1::Job job;
+    std::deque<v1::JobEvent> history;
+    int64_t next_sequence = 1;
+  };
+  struct Subscription {
+    std::string job_id;
+    JobEventSink* sink;
+  };
+  // What the job thread should do at a step boundary.
+  enum class Boundary { kContinue, kCancel, kCancelled, kShutdown, kFail };
+
+  explicit JobManager(JobManagerOptions options) : options_(std::move(options)) {}
+
+  // Bookkeeping (job_manager.cc), all under mu_.
+  Entry* Find(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Entry* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Entry*> FindOrNotFound(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetState(Entry& e, v1::JobState state, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(Entry& e, v1::JobEvent::Type type, const std::string& message,
+            const v1::StepEvent* step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishJobCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the event histories of all but the kFinishedHistories latest finished jobs.
+  void ForgetOldHistories(const std::string& finished_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadFromStore() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The job thread (job_runner.cc).
+  void JobThread() ABSL_LOCKS_EXCLUDED(mu_);
+  void RunJob(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  void RunSteps(const std::string& id, const TrainConfig& config, std::unique_ptr<Trainer> trainer)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  Boundary AtStepBoundary(const std::string& id, Trainer& trainer, absl::Status* error)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordStep(const std::string& id, const StepStats& stats, const TrainConfig& config,
+                  int64_t num_parameters) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status FinishTraining(const std::string& id, const TrainConfig& config, Trainer& trainer)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Finish(const std::string& id, v1::JobState state, const std::string& message)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const JobManagerOptions options_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // queue_, shutdown_ or a job's control fields changed
+  std::map<std::string, std::unique_ptr<Entry>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  static constexpr size_t kFinishedHistories = 16;
+  std::deque<std::string> finished_order_ ABSL_GUARDED_BY(mu_);  // this run's finished jobs
+  std::map<int64_t, Subscription> subscriptions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_subscription_ ABSL_GUARDED_BY(mu_) = 1;
+  std::string running_id_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  NodeSnapshot node_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// "QUEUED", "RUNNING", ... (the enum name without JOB_STATE_).
+std::string StateName(v1::JobState state);
+bool IsTerminal(v1::JobState state);
+
+}  // namespace slidedp::server

@@ -1,0 +1,204 @@
+// JobManager's job thread: takes the next queued job, creates its Trainer, runs
+// Step() until the job's steps are done, honoring pause, resume, cancel and shutdown
+// at step boundaries, then drains, records the weights digest and exports.
+// Runs on the job thread only; takes mu_ between engine calls, never across them.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/job_manager.h"
+#include "server/log.h"
+
+namespace slidedp::server {
+namespace {
+
+constexpr double kDefaultCudaPeakFlops = 989.4e12;
+
+v1::StepEvent ToStepEvent(const StepStats& s) {
+  v1::StepEvent e;
+  e.set_step(s.step);
+  e.set_loss(s.loss);
+  e.set_grad_norm(s.grad_norm);
+  e.set_lr(s.lr);
+  e.set_tokens(s.tokens);
+  e.set_step_seconds(s.step_seconds);
+  e.set_tokens_per_second(s.tokens_per_second);
+  e.set_skipped(s.skipped);
+  e.set_forward_seconds(s.forward_seconds);
+  e.set_backward_seconds(s.backward_seconds);
+  e.set_update_wait_seconds(s.update_wait_seconds);
+  e.set_update_busy_seconds(s.update_busy_seconds);
+  e.set_h2d_bytes(s.h2d_bytes);
+  e.set_d2h_bytes(s.d2h_bytes);
+  return e;
+}
+
+}  // namespace
+
+void JobManager::JobThread() {
+  for (;;) {
+    std::string id;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!shutdown_ && queue_.empty()) changed_.Wait(&mu_);
+      if (shutdown_) return;
+      id = queue_.front();
+      queue_.pop_front();
+    }
+    RunJob(id);
+  }
+}
+
+void JobManager::RunJob(const std::string& id) {
+  v1::JobSpec spec;
+  {
+    absl::MutexLock lock(&mu_);
+    Entry* e = Find(id);
+    if (e == nullptr || e->job.state() != v1::JOB_STATE_QUEUED) return;
+    running_id_ = id;
+    spec = e->job.spec();
+    SetState(*e, v1::JOB_STATE_RUNNING, "started");
+  }
+  absl::StatusOr<TrainConfig> config = options_.translator(spec);
+  if (!config.ok()) {
+    Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("spec: ", config.status().message()));
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = options_.trainer_factory(*config);
+  if (!trainer.ok()) {
+    Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("creating the trainer: ", trainer.status().message()));
+    return;
+  }
+  RunSteps(id, *config, *std::move(trainer));
+}
+
+void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
+                          std::unique_ptr<Trainer> trainer) {
+  const int64_t num_parameters = trainer->num_parameters();
+  {
+    absl::MutexLock lock(&mu_);
+    Find(id)->job.set_num_parameters(num_parameters);
+  }
+  for (;;) {
+    absl::Status error;
+    const Boundary boundary = AtStepBoundary(id, *trainer, &error);
+    const int64_t step = trainer->completed_steps();
+    if (boundary != Boundary::kContinue) {
+      trainer.reset();  // frees the host state before the state change is announced
+      if (boundary == Boundary::kCancel) {
+        Finish(id, v1::JOB_STATE_CANCELLED, absl::StrCat("cancelled at step ", step));
+      } else if (boundary == Boundary::kShutdown) {
+        Finish(id, v1::JOB_STATE_FAILED,
+               absl::StrCat("interrupted by daemon shutdown at step ", step, " of ", config.steps,
+                            "; its host state was lost"));
+      } else if (boundary == Boundary::kFail) {
+        Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("step ", step, ": ", error.message()));
+      } else {
+        Finish(id, v1::JOB_STATE_CANCELLED, "");  // already CANCELLED by Cancel()
+      }
+      return;
+    }
+    if (step >= config.steps) break;
+    absl::StatusOr<StepStats> stats = trainer->Step();
+    if (!stats.ok()) {
+      trainer.reset();
+      Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("step ", step + 1, ": ", stats.status().message()));
+      return;
+    }
+    RecordStep(id, *stats, config, num_parameters);
+  }
+  absl::Status done = FinishTraining(id, config, *trainer);
+  trainer.reset();
+  if (!done.ok()) {
+    Finish(id, v1::JOB_STATE_FAILED, std::string(done.message()));
+  } else {
+    Finish(id, v1::JOB_STATE_SUCCEEDED, absl::StrCat(config.steps, " steps"));
+  }
+}
+
+JobManager::Boundary JobManager::AtStepBoundary(const std::string& id, Trainer& trainer,
+                                                absl::Status* error) {
+  {
+    absl::MutexLock lock(&mu_);
+    const v1::Job& job = Find(id)->job;
+    if (job.cancel_requested()) return Boundary::kCancel;
+    if (shutdown_) return Boundary::kShutdown;
+    if (!job.pause_requested()) return Boundary::kContinue;
+  }
+  // Pausing: let the updates of the last step land in the host state first.
+  if (absl::Status s = trainer.Drain(); !s.ok()) {
+    *error = s;
+    return Boundary::kFail;
+  }
+  absl::MutexLock lock(&mu_);
+  Entry& e = *Find(id);
+  if (e.job.cancel_requested()) return Boundary::kCancel;
+  if (shutdown_) return Boundary::kShutdown;
+  if (!e.job.pause_requested()) return Boundary::kContinue;  // resumed while draining
+  e.job.set_pause_requested(false);
+  SetState(e, v1::JOB_STATE_PAUSED, absl::StrCat("paused at step ", trainer.completed_steps()));
+  if (options_.metrics != nullptr) options_.metrics->ClearRates();
+  // Resume() sets RUNNING, Cancel() sets CANCELLED; both signal changed_.
+  while (!shutdown_ && e.job.state() == v1::JOB_STATE_PAUSED) changed_.Wait(&mu_);
+  if (e.job.state() == v1::JOB_STATE_CANCELLED) return Boundary::kCancelled;
+  if (e.job.state() != v1::JOB_STATE_RUNNING) return Boundary::kShutdown;
+  return Boundary::kContinue;
+}
+
+void JobManager::RecordStep(const std::string& id, const StepStats& stats,
+                            const TrainConfig& config, int64_t num_parameters) {
+  if (options_.metrics != nullptr) {
+    // Unset: the dense BF16 peak of an H100/H200 SXM on cuda, unknown (not reported) on cpu.
+    double peak = options_.peak_flops_per_worker;
+    if (peak <= 0 && config.device == "cuda") peak = kDefaultCudaPeakFlops;
+    options_.metrics->RecordStep(stats, StepContext{config.workers, num_parameters, peak});
+  }
+  const v1::StepEvent event = ToStepEvent(stats);
+  absl::MutexLock lock(&mu_);
+  node_.has_step = true;
+  node_.last_step = stats;
+  node_.last_num_parameters = num_parameters;
+  Entry& e = *Find(id);
+  v1::Job& job = e.job;
+  job.set_step(stats.step);
+  job.set_tokens_seen(job.tokens_seen() + stats.tokens);
+  job.set_last_loss(stats.loss);
+  job.set_tokens_per_second(stats.tokens_per_second);
+  job.set_last_step_seconds(stats.step_seconds);
+  job.set_learning_rate(stats.lr);
+  job.set_grad_norm(stats.grad_norm);
+  const int64_t nanos = absl::ToUnixNanos(absl::Now());
+  job.mutable_update_time()->set_seconds(nanos / 1000000000);
+  job.mutable_update_time()->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+  if (absl::Now() - last_persist_ >= options_.persist_interval) Persist(e);
+  Emit(e, v1::JobEvent::TYPE_STEP, "", &event);
+}
+
+absl::Status JobManager::FinishTraining(const std::string& id, const TrainConfig& config,
+                                        Trainer& trainer) {
+  if (absl::Status s = trainer.Drain(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("draining the last updates: ", s.message()));
+  }
+  const std::string digest = trainer.WeightsDigest();
+  {
+    absl::MutexLock lock(&mu_);
+    Find(id)->job.set_weights_digest(digest);
+  }
+  if (!config.output_dir.empty()) {
+    if (absl::Status s = trainer.ExportHf(config.output_dir); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("exporting to ", config.output_dir, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void JobManager::Finish(const std::string& id, v1::JobState state, const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  running_id_.clear();
+  if (options_.metrics != nullptr) options_.metrics->ClearRates();
+  Entry& e = *Find(id);
+  if (IsTerminal(e.job.state())) return;  // Cancel() already finished it
+  if (state == v1::JOB_STATE_FAILED) e.job.set_error(message);
+  SetState(e, state, message);
+}
+
+}  // namespace slidedp::server

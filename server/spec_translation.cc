@@ -1,0 +1,211 @@
+// JobSpec <-> TrainConfig. Stateless; any thread.
+#include "server/spec_translation.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/unknown_field_set.h"
+#include "runtime/model/model_config.h"
+
+namespace slidedp::server {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Copies an optional proto scalar over the default when it is set.
+template <typename T, typename P>
+void Take(bool has, const P& value, T* out) {
+  if (has) *out = static_cast<T>(value);
+}
+
+absl::Status CheckMessage(const Message& message, const std::string& prefix) {
+  const Reflection* reflection = message.GetReflection();
+  const google::protobuf::UnknownFieldSet& unknown = reflection->GetUnknownFields(message);
+  if (!unknown.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix.empty() ? "spec" : prefix, ": unknown field number ", unknown.field(0).number(),
+        " (the client's slidedp.v1 API is newer than this daemon's)"));
+  }
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const std::string name = prefix.empty() ? field->name() : prefix + "." + field->name();
+    if (field->is_repeated()) continue;  // JobSpec has none
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      absl::Status s = CheckMessage(reflection->GetMessage(message, field), name);
+      if (!s.ok()) return s;
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+      const std::string value = reflection->GetString(message, field);
+      if (value.size() > kMaxSpecStringBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": ", value.size(),
+                                                       " bytes, longer than the ",
+                                                       kMaxSpecStringBytes, " allowed"));
+      }
+      if (value.find('\0') != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": contains a NUL byte"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ApplyData(const v1::DataSpec& d, DataConfig* c) {
+  Take(d.has_format(), d.format(), &c->format);
+  Take(d.has_path(), d.path(), &c->path);
+  Take(d.has_token_dtype(), d.token_dtype(), &c->token_dtype);
+  Take(d.has_shuffle(), d.shuffle(), &c->shuffle);
+}
+
+void ApplyOptimizer(const v1::OptimizerSpec& o, OptimizerConfig* c) {
+  Take(o.has_lr(), o.lr(), &c->lr);
+  Take(o.has_min_lr_ratio(), o.min_lr_ratio(), &c->min_lr_ratio);
+  Take(o.has_warmup_steps(), o.warmup_steps(), &c->warmup_steps);
+  Take(o.has_schedule(), o.schedule(), &c->schedule);
+  Take(o.has_beta1(), o.beta1(), &c->beta1);
+  Take(o.has_beta2(), o.beta2(), &c->beta2);
+  Take(o.has_eps(), o.eps(), &c->eps);
+  Take(o.has_weight_decay(), o.weight_decay(), &c->weight_decay);
+  Take(o.has_max_grad_norm(), o.max_grad_norm(), &c->max_grad_norm);
+}
+
+void ApplyPolicy(const v1::PolicySpec& p, PolicyConfig* c) {
+  Take(p.has_chunk_elems(), p.chunk_elems(), &c->chunk_elems);
+  Take(p.has_prefetch_depth(), p.prefetch_depth(), &c->prefetch_depth);
+  Take(p.has_param_route(), p.param_route(), &c->param_route);
+  Take(p.has_grad_route(), p.grad_route(), &c->grad_route);
+  Take(p.has_activations(), p.activations(), &c->activations);
+  Take(p.has_loss_chunk_tokens(), p.loss_chunk_tokens(), &c->loss_chunk_tokens);
+  Take(p.has_update_threads(), p.update_threads(), &c->update_threads);
+}
+
+bool LooksLikePath(const std::string& model) {
+  return model.find('/') != std::string::npos || model == "." || model == "..";
+}
+
+// The model: a preset name, or a directory under the model roots (made canonical).
+absl::Status CheckModel(const PathPolicy& paths, TrainConfig* config) {
+  if (LooksLikePath(config->model)) {
+    absl::StatusOr<std::string> dir =
+        paths.Check("model", config->model, PathKind::kModel, /*must_exist=*/true);
+    if (!dir.ok()) return dir.status();
+    config->model = *dir;
+    return absl::OkStatus();
+  }
+  if (!PresetConfig(config->model).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model: \"", config->model, "\" is neither a preset (", absl::StrJoin(PresetNames(), ", "),
+        ") nor an absolute model directory path"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPaths(const PathPolicy& paths, TrainConfig* config) {
+  if (absl::Status s = CheckModel(paths, config); !s.ok()) return s;
+  if (config->data.format != "synthetic") {  // synthetic + path: ValidateTrainConfig says why
+    absl::StatusOr<std::string> data =
+        paths.Check("data.path", config->data.path, PathKind::kData, /*must_exist=*/true);
+    if (!data.ok()) return data.status();
+    config->data.path = *data;
+  }
+  if (!config->checkpoint_dir.empty()) {
+    absl::StatusOr<std::string> dir = paths.Check("checkpoint_dir", config->checkpoint_dir,
+                                                  PathKind::kOutput, /*must_exist=*/false);
+    if (!dir.ok()) return dir.status();
+    config->checkpoint_dir = *dir;
+  }
+  if (!config->output_dir.empty()) {
+    absl::StatusOr<std::string> dir =
+        paths.Check("output_dir", config->output_dir, PathKind::kOutput, /*must_exist=*/false);
+    if (!dir.ok()) return dir.status();
+    config->output_dir = *dir;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckSpecWellFormed(const v1::JobSpec& spec) { return CheckMessage(spec, ""); }
+
+TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& s) {
+  TrainConfig c;
+  Take(s.has_model(), s.model(), &c.model);
+  ApplyData(s.data(), &c.data);
+  Take(s.has_seq_len(), s.seq_len(), &c.seq_len);
+  Take(s.has_micro_batch_size(), s.micro_batch_size(), &c.micro_batch_size);
+  Take(s.has_grad_accum(), s.grad_accum(), &c.grad_accum);
+  Take(s.has_workers(), s.workers(), &c.workers);
+  Take(s.has_device(), s.device(), &c.device);
+  Take(s.has_compute_dtype(), s.compute_dtype(), &c.compute_dtype);
+  Take(s.has_steps(), s.steps(), &c.steps);
+  ApplyOptimizer(s.optimizer(), &c.optimizer);
+  Take(s.has_seed(), s.seed(), &c.seed);
+  Take(s.has_checkpoint_dir(), s.checkpoint_dir(), &c.checkpoint_dir);
+  Take(s.has_checkpoint_interval(), s.checkpoint_interval(), &c.checkpoint_interval);
+  Take(s.has_keep_checkpoints(), s.keep_checkpoints(), &c.keep_checkpoints);
+  Take(s.has_output_dir(), s.output_dir(), &c.output_dir);
+  ApplyPolicy(s.policy(), &c.policy);
+  Take(s.has_log_every(), s.log_every(), &c.log_every);
+  return c;
+}
+
+absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec,
+                                                 const PathPolicy& paths) {
+  if (absl::Status s = CheckSpecWellFormed(spec); !s.ok()) return s;
+  TrainConfig config = JobSpecToTrainConfigUnchecked(spec);
+  // Paths first: a path outside the roots is refused before anything (the engine's
+  // validation included) looks at what lies there.
+  if (absl::Status s = CheckPaths(paths, &config); !s.ok()) return s;
+  if (absl::Status s = ValidateTrainConfig(config); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
+  return config;
+}
+
+v1::JobSpec TrainConfigToJobSpec(const TrainConfig& c) {
+  v1::JobSpec s;
+  s.set_model(c.model);
+  v1::DataSpec* d = s.mutable_data();
+  d->set_format(c.data.format);
+  d->set_path(c.data.path);
+  d->set_token_dtype(c.data.token_dtype);
+  d->set_shuffle(c.data.shuffle);
+  s.set_seq_len(c.seq_len);
+  s.set_micro_batch_size(c.micro_batch_size);
+  s.set_grad_accum(c.grad_accum);
+  s.set_workers(c.workers);
+  s.set_device(c.device);
+  s.set_compute_dtype(c.compute_dtype);
+  s.set_steps(c.steps);
+  v1::OptimizerSpec* o = s.mutable_optimizer();
+  o->set_lr(c.optimizer.lr);
+  o->set_min_lr_ratio(c.optimizer.min_lr_ratio);
+  o->set_warmup_steps(c.optimizer.warmup_steps);
+  o->set_schedule(c.optimizer.schedule);
+  o->set_beta1(c.optimizer.beta1);
+  o->set_beta2(c.optimizer.beta2);
+  o->set_eps(c.optimizer.eps);
+  o->set_weight_decay(c.optimizer.weight_decay);
+  o->set_max_grad_norm(c.optimizer.max_grad_norm);
+  s.set_seed(c.seed);
+  s.set_checkpoint_dir(c.checkpoint_dir);
+  s.set_checkpoint_interval(c.checkpoint_interval);
+  s.set_keep_checkpoints(c.keep_checkpoints);
+  s.set_output_dir(c.output_dir);
+  v1::PolicySpec* p = s.mutable_policy();
+  p->set_chunk_elems(c.policy.chunk_elems);
+  p->set_prefetch_depth(c.policy.prefetch_depth);
+  p->set_param_route(c.policy.param_route);
+  p->set_grad_route(c.policy.grad_route);
+  p->set_activations(c.policy.activations);
+  p->set_loss_chunk_tokens(c.policy.loss_chunk_tokens);
+  p->set_update_threads(c.policy.update_threads);
+  s.set_log_every(c.log_every);
+  return s;
+}
+
+}  // namespace slidedp::server

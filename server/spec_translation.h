@@ -1,0 +1,33 @@
+// Translation between the API's slidedp.v1.JobSpec and the engine's TrainConfig.
+// Unset (proto3 optional) fields take the TrainConfig defaults. Stateless; any thread.
+#pragma once
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/train_config.h"
+#include "server/path_policy.h"
+#include "slidedp/v1/job.pb.h"
+
+namespace slidedp::server {
+
+// Longest string accepted in any spec field (paths included).
+inline constexpr size_t kMaxSpecStringBytes = 4096;
+
+// `spec` with every field the daemon knows: INVALID_ARGUMENT naming the field when it
+// carries unknown fields (a client built from a newer .proto) or an over-long string.
+absl::Status CheckSpecWellFormed(const v1::JobSpec& spec);
+
+// The TrainConfig `spec` asks for: defaults applied, ValidateTrainConfig passed
+// (INVALID_ARGUMENT naming the field), the model a preset or a directory under the
+// model roots, data/checkpoint/output paths under their roots (PERMISSION_DENIED
+// otherwise) and made canonical.
+absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec,
+                                                 const PathPolicy& paths);
+
+// Defaults only, no validation and no path checks (for tests and round trips).
+TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& spec);
+
+// Every field set, so that the result shows the defaults that were applied.
+v1::JobSpec TrainConfigToJobSpec(const TrainConfig& config);
+
+}  // namespace slidedp::server

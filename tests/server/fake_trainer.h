@@ -1,0 +1,104 @@
+// FakeTrainer: a Trainer whose steps are scripted by the test (through a shared
+// FakeControl), for the job manager's failure and timing paths. Never used by the
+// integration tests, which run the real engine. Step() runs on the job thread; the
+// test thread changes FakeControl under its mutex.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/engine/trainer.h"
+#include "server/job_manager.h"
+
+namespace slidedp::server::testing {
+
+struct FakeControl {
+  absl::Mutex mu;
+  // Step() blocks while completed steps >= allowed_steps (the test releases steps).
+  int64_t allowed_steps ABSL_GUARDED_BY(mu) = INT64_MAX;
+  int64_t fail_at_step ABSL_GUARDED_BY(mu) = -1;  // Step() number (1-based) that fails
+  bool fail_create ABSL_GUARDED_BY(mu) = false;
+  bool fail_export ABSL_GUARDED_BY(mu) = false;
+  int creates ABSL_GUARDED_BY(mu) = 0;
+  int destroyed ABSL_GUARDED_BY(mu) = 0;
+  int drains ABSL_GUARDED_BY(mu) = 0;
+  std::vector<std::string> created_models ABSL_GUARDED_BY(mu);  // config.model per Create
+  std::vector<std::string> exports ABSL_GUARDED_BY(mu);
+
+  void Allow(int64_t steps) {
+    absl::MutexLock lock(&mu);
+    allowed_steps = steps;
+  }
+};
+
+class FakeTrainer final : public Trainer {
+ public:
+  FakeTrainer(TrainConfig config, std::shared_ptr<FakeControl> control)
+      : config_(std::move(config)), control_(std::move(control)) {}
+  ~FakeTrainer() override {
+    absl::MutexLock lock(&control_->mu);
+    ++control_->destroyed;
+  }
+
+  absl::StatusOr<StepStats> Step() override {
+    {
+      absl::MutexLock lock(&control_->mu);
+      auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_->mu) {
+        return steps_ < control_->allowed_steps;
+      };
+      control_->mu.Await(absl::Condition(&released));
+      if (control_->fail_at_step == steps_ + 1) return absl::InternalError("fake step failure");
+    }
+    ++steps_;
+    digest_ = digest_ * 31 + static_cast<uint64_t>(steps_);
+    StepStats s;
+    s.step = steps_;
+    s.loss = 10.0 / static_cast<double>(steps_);
+    s.lr = 1e-3;
+    s.tokens = config_.tokens_per_step();
+    s.step_seconds = 0.001;
+    s.tokens_per_second = static_cast<double>(s.tokens) / s.step_seconds;
+    s.h2d_bytes = 1000;
+    s.d2h_bytes = 500;
+    return s;
+  }
+  absl::Status Drain() override {
+    absl::MutexLock lock(&control_->mu);
+    ++control_->drains;
+    return absl::OkStatus();
+  }
+  int64_t completed_steps() const override { return steps_; }
+  const TrainConfig& config() const override { return config_; }
+  const ModelConfig& model_config() const override { return model_; }
+  int64_t num_parameters() const override { return 1000; }
+  std::string WeightsDigest() override { return std::to_string(digest_); }
+  absl::Status ExportHf(const std::string& dir) override {
+    absl::MutexLock lock(&control_->mu);
+    if (control_->fail_export) return absl::PermissionDeniedError("fake export failure");
+    control_->exports.push_back(dir);
+    return absl::OkStatus();
+  }
+
+ private:
+  TrainConfig config_;
+  ModelConfig model_;
+  std::shared_ptr<FakeControl> control_;
+  int64_t steps_ = 0;
+  uint64_t digest_ = 7;
+};
+
+// A TrainerFactory that makes FakeTrainers sharing `control`.
+inline TrainerFactory FakeFactory(std::shared_ptr<FakeControl> control) {
+  return [control](const TrainConfig& config) -> absl::StatusOr<std::unique_ptr<Trainer>> {
+    absl::MutexLock lock(&control->mu);
+    ++control->creates;
+    control->created_models.push_back(config.model);
+    if (control->fail_create) return absl::InvalidArgumentError("fake: cannot create");
+    return std::unique_ptr<Trainer>(new FakeTrainer(config, control));
+  };
+}
+
+}  // namespace slidedp::server::testing

@@ -1,0 +1,56 @@
+// CLI output: state names, durations, rates, the progress line.
+#include "client/format.h"
+
+#include <gtest/gtest.h>
+
+namespace slidedp::client {
+namespace {
+
+TEST(FormatTest, StateNamesRoundTrip) {
+  EXPECT_EQ(StateName(v1::JOB_STATE_SUCCEEDED), "SUCCEEDED");
+  EXPECT_EQ(ParseState("running"), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(ParseState("JOB_STATE_PAUSED"), v1::JOB_STATE_PAUSED);
+  EXPECT_EQ(ParseState("bogus"), v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_TRUE(IsTerminal(v1::JOB_STATE_CANCELLED));
+  EXPECT_FALSE(IsTerminal(v1::JOB_STATE_PAUSED));
+}
+
+TEST(FormatTest, DurationsAndRates) {
+  EXPECT_EQ(FormatDuration(65), "1:05");
+  EXPECT_EQ(FormatDuration(3723), "1:02:03");
+  EXPECT_EQ(FormatDuration(-1), "-");
+  EXPECT_EQ(FormatRate(950), "950");
+  EXPECT_EQ(FormatRate(12345), "12.3k");
+  EXPECT_EQ(FormatRate(2.5e6), "2.50M");
+}
+
+TEST(FormatTest, ProgressLineShowsStepLossRateAndEta) {
+  ProgressLine line;
+  v1::JobEvent event;
+  event.set_type(v1::JobEvent::TYPE_STEP);
+  event.mutable_step()->set_step_seconds(2.0);
+  v1::Job* job = event.mutable_job();
+  job->set_state(v1::JOB_STATE_RUNNING);
+  job->set_step(15);
+  job->set_total_steps(60);
+  job->set_last_loss(3.25);
+  job->set_tokens_per_second(12345);
+  const std::string text = line.Render(event);
+  EXPECT_NE(text.find("15/60"), std::string::npos) << text;
+  EXPECT_NE(text.find("loss 3.2500"), std::string::npos) << text;
+  EXPECT_NE(text.find("12.3k tok/s"), std::string::npos) << text;
+  EXPECT_NE(text.find("ETA 1:30"), std::string::npos) << text;  // 45 steps x 2 s
+  EXPECT_NE(text.find("[#######......"), std::string::npos) << text;
+}
+
+TEST(FormatTest, JsonUsesProtoFieldNames) {
+  v1::Job job;
+  job.set_id("job-1");
+  job.set_tokens_seen(5);
+  const std::string json = ToJson(job);
+  EXPECT_NE(json.find("\"tokens_seen\":\"5\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"state\":\"JOB_STATE_UNSPECIFIED\""), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace slidedp::client
