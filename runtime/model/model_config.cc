@@ -4,6 +4,7 @@
 // in ways the engine does not implement (another activation, sliding-window attention,
 // another RoPE scaling) are refused. Plain functions; no threads.
 #include "runtime/model/model_config.h"
+#include "runtime/model/json_nesting.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,26 +30,6 @@ constexpr int kMaxConfigNesting = 64;
 
 // Debian's abseil has its own string_view; StrCat takes that one.
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-// Deepest bracket nesting outside strings.
-int JsonNestingDepth(std::string_view text) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 
 class Reader {
  public:

@@ -1,6 +1,7 @@
 // Safetensors reader and writer: see safetensors.h. The reader validates the whole
 // header up front; after that every access is within ranges already checked.
 #include "runtime/model/safetensors.h"
+#include "runtime/model/json_nesting.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -60,27 +61,6 @@ uint64_t LoadLe64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
-}
-
-// Deepest bracket nesting of a JSON text (outside strings). Used to refuse absurdly
-// nested input before it reaches the recursive parts of the JSON library.
-int JsonNestingDepth(std::string_view text) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return max_depth;
 }
 
 constexpr int kMaxHeaderNesting = 32;
