@@ -11,6 +11,7 @@
 #include <string>
 
 #include "runtime/data/dataset.h"
+#include "runtime/engine/batch_tensors.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/model/full_model.h"
 #include "runtime/model/hf_checkpoint.h"
@@ -102,12 +103,9 @@ Weights ReferenceTrain(const ModelConfig& c, const Weights& init, const TrainCon
   EXPECT_TRUE(data.ok());
   const OptimizerConfig& o = tc.optimizer;
   for (int64_t step = 0; step < tc.steps; ++step) {
-    TokenBatch b = *(*data)->Next(tc.global_batch_sequences());
-    at::Tensor ids = at::empty({b.rows, b.seq_len}, at::kLong), tg = at::empty({b.rows, b.seq_len}, at::kLong);
-    for (int64_t i = 0; i < b.rows * b.seq_len; ++i) {
-      ids.data_ptr<int64_t>()[i] = b.inputs[i];
-      tg.data_ptr<int64_t>()[i] = b.targets[i];
-    }
+    const BatchTensors b = ToTensors(*(*data)->Next(tc.global_batch_sequences()));
+    const at::Tensor& ids = b.inputs;
+    const at::Tensor& tg = b.targets;
     at::Tensor logits = FullModelLogits(c, layout, flat, ids);
     at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, c.vocab_size}), tg.reshape({-1}), {},
                                              at::Reduction::Mean, kIgnoreIndex);

@@ -2,8 +2,8 @@
 // workers, runs their steps on one thread each, and gathers the step's figures; the
 // update pipeline applies the CPU updates behind it.
 #include "runtime/engine/trainer.h"
+#include "runtime/engine/clock.h"
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <thread>
@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include <ATen/Context.h>
 #include "runtime/data/dataset.h"
+#include "runtime/engine/batch_tensors.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
@@ -20,10 +21,6 @@
 
 namespace slidedp {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 absl::StatusOr<ModelConfig> ResolveModel(const std::string& model, bool* from_dir) {
   *from_dir = std::filesystem::exists(std::filesystem::path(model) / "config.json");
@@ -92,18 +89,11 @@ class EngineTrainer final : public Trainer {
 };
 
 std::vector<WorkerBatch> EngineTrainer::Split(const TokenBatch& b, int64_t* target_tokens) const {
-  const int64_t T = b.seq_len, mbs = config_.micro_batch_size;
-  at::Tensor inputs = at::empty({b.rows, T}, at::kLong);
-  at::Tensor targets = at::empty({b.rows, T}, at::kLong);
-  int64_t* in = inputs.data_ptr<int64_t>();
-  int64_t* tg = targets.data_ptr<int64_t>();
-  int64_t count = 0;
-  for (int64_t i = 0; i < b.rows * T; ++i) {
-    in[i] = b.inputs[i];
-    tg[i] = b.targets[i];
-    count += b.targets[i] != kIgnoreIndex;
-  }
-  *target_tokens = count;
+  const int64_t mbs = config_.micro_batch_size;
+  const BatchTensors t = ToTensors(b);
+  const at::Tensor& inputs = t.inputs;
+  const at::Tensor& targets = t.targets;
+  *target_tokens = t.target_tokens;
   std::vector<WorkerBatch> out(config_.workers);
   int64_t row = 0;
   for (int w = 0; w < config_.workers; ++w) {
@@ -116,7 +106,7 @@ std::vector<WorkerBatch> EngineTrainer::Split(const TokenBatch& b, int64_t* targ
 }
 
 absl::StatusOr<StepStats> EngineTrainer::Step() {
-  const double t0 = Now();
+  const double t0 = MonotonicSeconds();
   absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
   if (!batch.ok()) return batch.status();
   int64_t tokens = 0;
@@ -148,7 +138,7 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
   s.skipped = u.skipped || !std::isfinite(s.loss);
   s.tokens = tokens;
   s.update_busy_seconds = pipeline_->TakeBusySeconds();
-  s.step_seconds = Now() - t0;
+  s.step_seconds = MonotonicSeconds() - t0;
   s.tokens_per_second = s.step_seconds > 0 ? tokens / s.step_seconds : 0.0;
   return s;
 }

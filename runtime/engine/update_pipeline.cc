@@ -1,20 +1,12 @@
 // UpdatePipeline: see update_pipeline.h.
 #include "runtime/engine/update_pipeline.h"
+#include "runtime/engine/clock.h"
 
-#include <chrono>
 #include <cmath>
 
 #include "runtime/state/adamw.h"
 
 namespace slidedp {
-namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 UpdatePipeline::UpdatePipeline(HostState* state, const TrainConfig& config)
     : state_(state),
       config_(config),
@@ -48,9 +40,9 @@ double UpdatePipeline::WaitParamsReady(int u, int64_t step) {
   absl::MutexLock lock(&mu_);
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_[u] >= step; };
   if (ready()) return 0.0;
-  const double t0 = Now();
+  const double t0 = MonotonicSeconds();
   mu_.Await(absl::Condition(&ready));
-  return Now() - t0;
+  return MonotonicSeconds() - t0;
 }
 
 void UpdatePipeline::GradLanded(int u, int64_t step, double sumsq) {
@@ -123,9 +115,9 @@ void UpdatePipeline::Loop() {
       t = queue_.front();
       queue_.pop_front();
     }
-    const double t0 = Now();
+    const double t0 = MonotonicSeconds();
     if (!t.skip) Apply(t);
-    const double busy = Now() - t0;
+    const double busy = MonotonicSeconds() - t0;
     absl::MutexLock lock(&mu_);
     version_[t.unit] = t.step + 1;
     busy_seconds_ += busy;

@@ -1,16 +1,12 @@
 // Worker: see worker.h. The step loop of one worker reads top to bottom in RunStep.
 #include "runtime/engine/worker.h"
+#include "runtime/engine/clock.h"
 
 #include <c10/core/GradMode.h>
 
-#include <chrono>
 
 namespace slidedp {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A leaf that collects the gradient of a unit's flat parameters.
 at::Tensor Leaf(const at::Tensor& slot) { return slot.detach().requires_grad_(true); }
@@ -51,7 +47,7 @@ WorkerStepResult Worker::RunStep(int64_t step, const WorkerBatch& batch, double 
   }
 
   // ---------------- forward, layer-major; keep each unit's input ----------------
-  double t0 = Now();
+  double t0 = MonotonicSeconds();
   std::vector<std::vector<at::Tensor>> saved(U, std::vector<at::Tensor>(MB));
   std::vector<at::Tensor> h(MB);
   {
@@ -66,10 +62,10 @@ WorkerStepResult Worker::RunStep(int64_t step, const WorkerBatch& batch, double 
       }
     }
   }
-  r.forward_seconds = Now() - t0;
+  r.forward_seconds = MonotonicSeconds() - t0;
 
   // ---------------- head: loss and its backward, in sequence chunks ----------------
-  t0 = Now();
+  t0 = MonotonicSeconds();
   at::Tensor head_leaf = Leaf(Fetch(head, step, r));
   at::Tensor table_leaf;  // tied embeddings: the head's weight is unit 0's table
   if (layout.units[head].uses_tied_embedding) table_leaf = Leaf(Fetch(0, step, r));
@@ -105,7 +101,7 @@ WorkerStepResult Worker::RunStep(int64_t step, const WorkerBatch& batch, double 
     table_grad.index_add_(0, ids[mb].reshape({-1}), grad_h[mb].reshape({-1, cfg.hidden_size}).to(at::kFloat));
   }
   Reduce(0, step, emb_grad, r);
-  r.backward_seconds = Now() - t0;
+  r.backward_seconds = MonotonicSeconds() - t0;
   r.loss_sum = loss_acc.item<double>();
   return r;
 }
@@ -114,18 +110,15 @@ at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targ
                                 const at::Tensor& head, const at::Tensor& table, double inv_tokens,
                                 at::Tensor& loss_acc) {
   const ModelConfig& cfg = state_->config();
-  const UnitLayout& unit = state_->layout().units.back();
   const int64_t T = hidden.size(1);
   const int64_t chunk = std::max<int64_t>(1, config_.policy.loss_chunk_tokens / std::max<int64_t>(1, hidden.size(0)));
   at::Tensor grad = at::empty_like(hidden);
   for (int64_t t = 0; t < T; t += chunk) {
     const int64_t len = std::min(chunk, T - t);
     // Views are taken inside each chunk so that every chunk has its own graph.
-    at::Tensor norm_w = ParamView(unit, head, unit.Find("model.norm.weight"));
-    at::Tensor lm = table.defined() ? ParamView(state_->layout().units[0], table, 0)
-                                    : ParamView(unit, head, unit.Find("lm_head.weight"));
+    const HeadParams p = ViewHead(state_->layout(), head, table);
     at::Tensor xc = hidden.narrow(1, t, len).detach().requires_grad_(true);
-    at::Tensor logits = HeadLogits(cfg, norm_w, lm, xc);
+    at::Tensor logits = HeadLogits(cfg, p.norm, p.lm_head, xc);
     at::Tensor loss = CrossEntropySum(logits, targets.narrow(1, t, len)) * inv_tokens;
     loss.backward();
     loss_acc.add_(loss.detach().to(at::kDouble));

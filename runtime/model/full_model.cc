@@ -12,9 +12,8 @@ at::Tensor FullModelLogits(const ModelConfig& c, const ModelLayout& layout,
   const RopeTables rope = MakeRope(c, ids.size(1), flats[0].device());
   at::Tensor x = EmbeddingForward(table, ids);
   for (int u = 1; u < head; ++u) x = BlockForward(c, ViewBlock(layout.units[u], flats[u]), x, rope);
-  const UnitLayout& h = layout.units[head];
-  const at::Tensor lm = h.uses_tied_embedding ? table : ParamView(h, flats[head], h.Find("lm_head.weight"));
-  return HeadLogits(c, ParamView(h, flats[head], h.Find("model.norm.weight")), lm, x);
+  const HeadParams p = ViewHead(layout, flats[head], flats[0]);
+  return HeadLogits(c, p.norm, p.lm_head, x);
 }
 
 }  // namespace slidedp

@@ -109,6 +109,15 @@ BlockParams ViewBlock(const UnitLayout& u, const at::Tensor& f) {
   return p;
 }
 
+HeadParams ViewHead(const ModelLayout& layout, const at::Tensor& head, const at::Tensor& embedding) {
+  const UnitLayout& h = layout.units.back();
+  HeadParams p;
+  p.norm = ParamView(h, head, h.Find("model.norm.weight"));
+  p.lm_head = h.uses_tied_embedding ? ParamView(layout.units[0], embedding, 0)
+                                    : ParamView(h, head, h.Find("lm_head.weight"));
+  return p;
+}
+
 RopeTables MakeRope(const ModelConfig& c, int64_t seq_len, const at::Device& device) {
   std::vector<double> inv = InverseFrequencies(c);
   std::vector<float> inv_f(inv.begin(), inv.end());

@@ -37,6 +37,14 @@ at::Tensor EmbeddingForward(const at::Tensor& table, const at::Tensor& ids);
 at::Tensor BlockForward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
                         const RopeTables& rope);
 
+// The head unit's final-norm weight and LM-head matrix: views into `head` ([numel] of
+// the head unit), the LM head being the embedding table `table` (a view of unit 0's
+// flat tensor) when the layout ties them.
+struct HeadParams {
+  at::Tensor norm, lm_head;
+};
+HeadParams ViewHead(const ModelLayout& layout, const at::Tensor& head, const at::Tensor& embedding);
+
 // Final norm and LM head over hidden [B, t, H] -> logits [B, t, V] (fp32).
 at::Tensor HeadLogits(const ModelConfig& config, const at::Tensor& norm_weight,
                       const at::Tensor& lm_head, const at::Tensor& hidden);
