@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +15,17 @@
 #include "runtime/train_config.h"
 
 namespace slidedp {
+
+// One worker's device figures for a step (bytes this worker moved; memory of its GPU).
+struct WorkerDeviceStats {
+  int64_t h2d_bytes = 0;              // parameter bytes host -> this device
+  int64_t d2h_bytes = 0;              // gradient bytes this device -> host
+  double h2d_busy_seconds = 0.0;      // time its H2D stream was copying (0 if unmeasured)
+  double d2h_busy_seconds = 0.0;      // time its D2H stream was copying (0 if unmeasured)
+  int64_t memory_allocated_bytes = 0; // device memory held by the engine at step end (0 on cpu)
+  int64_t memory_peak_bytes = 0;      // peak device memory during the step (0 on cpu)
+  int64_t memory_total_bytes = 0;     // the device's capacity (0 on cpu)
+};
 
 struct StepStats {
   int64_t step = 0;             // number of completed steps, this one included (1-based)
@@ -31,6 +43,11 @@ struct StepStats {
   double update_busy_seconds = 0.0;  // CPU AdamW time of this step's updates
   int64_t h2d_bytes = 0;             // parameter bytes to devices (all workers)
   int64_t d2h_bytes = 0;             // gradient bytes to the host (all workers)
+  std::vector<WorkerDeviceStats> workers;  // per worker (GPU), in rank order
+  // The step-time model's prediction for this step and its bottleneck resource
+  // ("h2d", "d2h", "gpu", "cpu_update", ...); 0 and empty before a plan exists.
+  double predicted_step_seconds = 0.0;
+  std::string bottleneck;
 };
 
 class Trainer {
