@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks deploy/systemd: `systemd-analyze verify` on the unit with ExecStart pointed at
 # the built slidedpd (verify needs an existing executable) must pass without a warning,
-# the unit must keep the settings the daemon relies on, and every flag that the unit
-# and its /etc/default file pass must be a flag of slidedpd.
+# the unit must keep the settings the daemon relies on, and every --flag=value that the
+# unit, its /etc/default file and the Dockerfile's ENTRYPOINT pass must be a flag of
+# slidedpd.
 #   check_systemd_unit.sh SOURCE_DIR SLIDEDPD
 # Exit 77 (ctest: skipped) without systemd-analyze.
 set -euo pipefail
@@ -28,8 +29,11 @@ grep -q '^u slidedp ' "$src/deploy/systemd/slidedp.sysusers.conf" \
   || { echo "FAIL: slidedp.sysusers.conf does not create the user slidedp"; fail=1; }
 
 help="$("$slidedpd" --helpfull 2>&1 || true)"
-for flag in $(grep -ho -- '--[a-z_]*=' "$unit" "$default" | sort -u | tr -d '=' | sed 's/^--//'); do
-  grep -q -- "-$flag (" <<<"$help" || { echo "FAIL: slidedpd has no flag --$flag (used in deploy/systemd)"; fail=1; }
+entrypoint="$(sed -n '/^ENTRYPOINT/,/]/p' "$src/deploy/docker/Dockerfile")"
+[[ -n "$entrypoint" ]] || { echo "FAIL: deploy/docker/Dockerfile has no ENTRYPOINT"; fail=1; }
+for flag in $( (grep -ho -- '--[a-z_]*=' "$unit" "$default"; grep -o -- '--[a-z_]*' <<<"$entrypoint") |
+               tr -d '=' | sed 's/^--//' | sort -u); do
+  grep -q -- "-$flag (" <<<"$help" || { echo "FAIL: slidedpd has no flag --$flag (used in deploy/)"; fail=1; }
 done
 [[ $fail -eq 0 ]] && echo "deploy/systemd: OK"
 exit $fail
