@@ -22,6 +22,14 @@ const std::set<std::string>& Keywords() {
   return *k;
 }
 
+// Aggregation operators: `sum by (x) (...)` puts a modifier between the name and "(".
+bool IsAggregation(const std::string& word) {
+  static const auto* a = new std::set<std::string>{
+      "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
+      "bottomk", "topk", "quantile", "limitk", "limit_ratio"};
+  return a->count(word) != 0;
+}
+
 // Keywords whose parenthesized list holds label names.
 bool TakesLabelList(const std::string& word) {
   return word == "by" || word == "without" || word == "on" || word == "ignoring" ||
@@ -78,6 +86,8 @@ class Scanner {
           // else a function or aggregation: its arguments are scanned as they come
         } else if (Keywords().count(word) != 0 && next != '{') {
           // operator keyword
+        } else if (IsAggregation(word) && NextWordIsGrouping()) {
+          // `sum by (...)`: the grouping and the argument list follow
         } else {
           VectorSelector selector;
           selector.metric = word;
@@ -108,6 +118,13 @@ class Scanner {
         return;
       }
     }
+  }
+  // Whether the word at the position is "by" or "without" (does not move).
+  bool NextWordIsGrouping() const {
+    size_t j = i_;
+    while (j < s_.size() && IsNameChar(s_[j])) ++j;
+    const std::string word = s_.substr(i_, j - i_);
+    return word == "by" || word == "without";
   }
   std::string Name() {
     const size_t start = i_;

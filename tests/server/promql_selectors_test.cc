@@ -27,6 +27,7 @@ TEST(PromqlSelectorsTest, FindsMetricsAndSkipsFunctionsKeywordsAndLabelLists) {
             (Strings{"a", "b", "c"}));
   EXPECT_EQ(Names("histogram_quantile(0.9, sum(rate(h_bucket{i=~\"$instance\"}[5m])) by (le))"),
             Strings{"h_bucket"});
+  EXPECT_EQ(Names("max without (gpu) (m) + count by(a)(n)"), (Strings{"m", "n"}));
   EXPECT_EQ(Names("{__name__=\"slidedp_loss\", job=\"x\"}"), Strings{"slidedp_loss"});
   EXPECT_EQ(Names("label_replace(m, \"dst\", \"$1\", \"src\", \"(.*)\") # a comment naming n\n+ ${var}"),
             Strings{"m"});
