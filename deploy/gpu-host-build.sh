@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Builds (and with --test, tests) slidedp on a GPU host that has PyTorch with CUDA but no
 # network and no system gRPC/abseil: the Debian packages come as .deb files in .deps
-# (deploy/fetch-debs.sh), unpacked into a private prefix.
+# (deploy/fetch-debs.sh), unpacked into a private prefix (deploy/install-debs.sh;
+# $SLIDEDP_DEPS_PREFIX, default /opt/slidedp-deps), and LibTorch is the one of the
+# python3 on PATH.
 #   deploy/gpu-host-build.sh [--test] [--runtime-only] [BUILD_DIR]
+# SLIDEDP_BUILD_TARGETS="slidedpd slidedp": build only these targets.
+# The binaries find the prefix's libraries through their build RPATH; run them from the
+# build tree, or set LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 test=0; server=ON; build=build-gpu
@@ -15,7 +20,13 @@ for a in "$@"; do
   esac
 done
 prefix="${SLIDEDP_DEPS_PREFIX:-/opt/slidedp-deps}"
-[[ -d "$prefix/usr" ]] || deploy/install-debs.sh .deps "$prefix" >/dev/null
+if [[ -d .deps ]]; then
+  deploy/install-debs.sh .deps "$prefix" >/dev/null  # unpacks again when .deps changed
+elif [[ ! -f "$prefix/.slidedp-debs" ]]; then
+  echo "gpu-host-build: no .deps here and no $prefix: run deploy/fetch-debs.sh .deps on a" \
+       "networked Debian 12 machine and copy .deps here" >&2
+  exit 1
+fi
 lib="$prefix/usr/lib/x86_64-linux-gnu"
 torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 export PATH="$prefix/usr/bin:$PATH"
@@ -25,7 +36,8 @@ export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DSLIDEDP_BUILD_SERVER="$server" \
   -DCMAKE_CUDA_ARCHITECTURES=90
-cmake --build "$build" -j "$(nproc)"
+# shellcheck disable=SC2086
+cmake --build "$build" -j "$(nproc)" ${SLIDEDP_BUILD_TARGETS:+--target $SLIDEDP_BUILD_TARGETS}
 if [[ $test -eq 1 ]]; then
   (cd "$build" && ctest --output-on-failure --timeout 900 -j 4)
 fi

@@ -13,8 +13,9 @@ BUILD_PKGS=(
   libabsl-dev prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libyaml-cpp-dev
   libsqlite3-dev libcpp-httplib-dev libssl-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
 )
-# prometheus brings promtool and a server that the metrics test scrapes with.
-TEST_PKGS=(python3 python3-grpcio python3-protobuf prometheus)
+# prometheus brings promtool and a server that the metrics test scrapes with; systemd
+# brings systemd-analyze, which checks deploy/systemd (in a container too).
+TEST_PKGS=(python3 python3-grpcio python3-protobuf prometheus systemd)
 
 pkgs=("${BUILD_PKGS[@]}")
 if [[ "${1:-}" == "--test" ]]; then

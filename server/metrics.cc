@@ -1,6 +1,7 @@
 // Metrics: registration, per-step updates and text exposition. Thread-safe.
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <sstream>
 #include <thread>
 
@@ -16,6 +17,10 @@ using prometheus::BuildHistogram;
 
 constexpr std::array<const char*, 7> kStateNames = {
     "", "QUEUED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED"};
+
+// The resources a step-time model names as the bottleneck (StepStats::bottleneck):
+// their slidedp_bottleneck series exist from the start, at 0; others appear when named.
+constexpr std::array<const char*, 4> kBottlenecks = {"h2d", "d2h", "gpu", "cpu_update"};
 
 prometheus::Gauge* Gauge(prometheus::Registry& r, const char* name, const char* help,
                          const prometheus::Labels& labels = {}) {
@@ -39,6 +44,18 @@ Metrics::Metrics(const std::string& version)
            .Register(r)
            .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                                             2.5, 5, 10, 25, 60, 120, 300});
+  last_step_duration_ = Gauge(r, "slidedp_last_step_duration_seconds", "Wall time of the last step");
+  predicted_step_duration_ =
+      Gauge(r, "slidedp_predicted_step_duration_seconds",
+            "The step-time model's prediction for the last step (0: no prediction)");
+  last_step_timestamp_ = Gauge(r, "slidedp_last_step_timestamp_seconds",
+                               "Unix time at which the last step completed (0: none yet)");
+  workers_ = Gauge(r, "slidedp_workers", "Data-parallel workers of the running or last job");
+  bottleneck_ = &BuildGauge()
+                     .Name("slidedp_bottleneck")
+                     .Help("1 for the resource the step-time model names as the bottleneck of "
+                           "the last step, 0 for the others")
+                     .Register(r);
   tokens_per_second_ = Gauge(r, "slidedp_tokens_per_second", "Training tokens per second of the last step");
   mfu_ = Gauge(r, "slidedp_mfu_ratio",
                "Model FLOPs utilization of the last step: 6 * parameters * tokens/s over the "
@@ -47,10 +64,30 @@ Metrics::Metrics(const std::string& version)
                      .Name("slidedp_pcie_bytes_total")
                      .Help("Bytes moved over PCIe per GPU and direction (h2d: parameters, d2h: gradients)")
                      .Register(r);
+  pcie_busy_ = &BuildCounter()
+                    .Name("slidedp_pcie_busy_seconds_total")
+                    .Help("Time the copy stream of a GPU and direction was busy (0 where not measured)")
+                    .Register(r);
   pcie_bandwidth_ = &BuildGauge()
                          .Name("slidedp_pcie_bandwidth_bytes_per_second")
                          .Help("PCIe bytes of the last step per GPU and direction over its wall time")
                          .Register(r);
+  pcie_calibrated_ = &BuildGauge()
+                          .Name("slidedp_calibrated_pcie_bytes_per_second")
+                          .Help("Calibrated copy rate per GPU and direction (0: not calibrated)")
+                          .Register(r);
+  gpu_memory_allocated_ = &BuildGauge()
+                               .Name("slidedp_gpu_memory_allocated_bytes")
+                               .Help("Device memory held by the engine at the end of the last step")
+                               .Register(r);
+  gpu_memory_peak_ = &BuildGauge()
+                          .Name("slidedp_gpu_memory_peak_bytes")
+                          .Help("Peak device memory during the last step")
+                          .Register(r);
+  gpu_memory_total_ = &BuildGauge()
+                           .Name("slidedp_gpu_memory_total_bytes")
+                           .Help("Device memory capacity (0 on the cpu device)")
+                           .Register(r);
   update_busy_ = Counter(r, "slidedp_cpu_update_busy_seconds_total", "CPU AdamW busy time");
   stall_update_wait_ =
       Counter(r, "slidedp_stall_seconds_total", "Pipeline stall time by cause",
@@ -76,39 +113,87 @@ Metrics::Metrics(const std::string& version)
       Gauge(r, "slidedp_process_cpu_utilization_ratio",
             "CPU time of the daemon since the previous scrape over wall time times cores (0..1)");
   process_rss_ = Gauge(r, "slidedp_process_resident_memory_bytes", "Resident memory of the daemon");
+  host_cpu_utilization_ =
+      Gauge(r, "slidedp_host_cpu_utilization_ratio",
+            "Busy CPU time of the whole host since the previous scrape over its total (0..1)");
+  host_memory_total_ = Gauge(r, "slidedp_host_memory_total_bytes", "MemTotal of /proc/meminfo");
+  host_memory_available_ =
+      Gauge(r, "slidedp_host_memory_available_bytes", "MemAvailable of /proc/meminfo");
   Gauge(r, "slidedp_build_info", "Daemon version", {{"version", version}})->Set(1);
+  // GPU 0 and the known bottlenecks exist before the first job, so that dashboards and
+  // alerts see 0 rather than no data.
+  absl::MutexLock lock(&mu_);
+  Gpu(0);
+  for (const char* resource : kBottlenecks) bottlenecks_[resource] = &bottleneck_->Add({{"resource", resource}});
 }
 
-Metrics::PcieSeries& Metrics::Pcie(int gpu) {
-  auto it = pcie_.find(gpu);
-  if (it != pcie_.end()) return it->second;
-  const std::string label = std::to_string(gpu);
-  PcieSeries series{&pcie_bytes_->Add({{"gpu", label}, {"direction", "h2d"}}),
-                    &pcie_bytes_->Add({{"gpu", label}, {"direction", "d2h"}}),
-                    &pcie_bandwidth_->Add({{"gpu", label}, {"direction", "h2d"}}),
-                    &pcie_bandwidth_->Add({{"gpu", label}, {"direction", "d2h"}})};
-  return pcie_.emplace(gpu, series).first->second;
+Metrics::GpuSeries& Metrics::Gpu(int gpu) {
+  auto it = gpus_.find(gpu);
+  if (it != gpus_.end()) return it->second;
+  const prometheus::Labels h2d = {{"gpu", std::to_string(gpu)}, {"direction", "h2d"}};
+  const prometheus::Labels d2h = {{"gpu", std::to_string(gpu)}, {"direction", "d2h"}};
+  const prometheus::Labels one = {{"gpu", std::to_string(gpu)}};
+  GpuSeries series{&pcie_bytes_->Add(h2d),       &pcie_bytes_->Add(d2h),
+                   &pcie_busy_->Add(h2d),        &pcie_busy_->Add(d2h),
+                   &pcie_bandwidth_->Add(h2d),   &pcie_bandwidth_->Add(d2h),
+                   &pcie_calibrated_->Add(h2d),  &pcie_calibrated_->Add(d2h),
+                   &gpu_memory_allocated_->Add(one), &gpu_memory_peak_->Add(one),
+                   &gpu_memory_total_->Add(one)};
+  return gpus_.emplace(gpu, series).first->second;
+}
+
+void Metrics::RecordGpus(const StepStats& s, const StepContext& context) {
+  const int workers = std::max<int>({1, context.workers, static_cast<int>(s.workers.size())});
+  const double per_second = s.step_seconds > 0 ? 1.0 / s.step_seconds : 0.0;
+  for (int gpu = 0; gpu < workers; ++gpu) {
+    GpuSeries& series = Gpu(gpu);
+    double h2d = 0, d2h = 0;
+    if (s.workers.empty()) {  // fallback: the totals, split evenly
+      h2d = static_cast<double>(s.h2d_bytes) / workers;
+      d2h = static_cast<double>(s.d2h_bytes) / workers;
+    } else if (gpu < static_cast<int>(s.workers.size())) {
+      const WorkerDeviceStats& w = s.workers[gpu];
+      h2d = static_cast<double>(w.h2d_bytes);
+      d2h = static_cast<double>(w.d2h_bytes);
+      series.h2d_busy->Increment(std::max(0.0, w.h2d_busy_seconds));
+      series.d2h_busy->Increment(std::max(0.0, w.d2h_busy_seconds));
+      series.memory_allocated->Set(static_cast<double>(w.memory_allocated_bytes));
+      series.memory_peak->Set(static_cast<double>(w.memory_peak_bytes));
+      series.memory_total->Set(static_cast<double>(w.memory_total_bytes));
+    }
+    series.h2d_bytes->Increment(h2d);
+    series.d2h_bytes->Increment(d2h);
+    series.h2d_bandwidth->Set(h2d * per_second);
+    series.d2h_bandwidth->Set(d2h * per_second);
+    const PcieCalibration calibration =
+        gpu < static_cast<int>(calibration_.size()) ? calibration_[gpu] : PcieCalibration{};
+    series.h2d_calibrated->Set(calibration.h2d_bytes_per_second);
+    series.d2h_calibrated->Set(calibration.d2h_bytes_per_second);
+  }
+}
+
+void Metrics::SetBottleneck(const std::string& resource) {
+  if (!resource.empty() && bottlenecks_.find(resource) == bottlenecks_.end()) {
+    bottlenecks_[resource] = &bottleneck_->Add({{"resource", resource}});
+  }
+  for (auto& [name, gauge] : bottlenecks_) gauge->Set(name == resource ? 1 : 0);
 }
 
 void Metrics::RecordStep(const StepStats& s, const StepContext& context) {
   step_duration_->Observe(s.step_seconds);
+  last_step_duration_->Set(s.step_seconds);
+  predicted_step_duration_->Set(s.predicted_step_seconds);
+  last_step_timestamp_->Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  workers_->Set(std::max(1, context.workers));
   tokens_per_second_->Set(s.tokens_per_second);
   if (context.peak_flops_per_worker > 0 && context.workers > 0) {
     mfu_->Set(6.0 * static_cast<double>(context.num_parameters) * s.tokens_per_second /
               (context.peak_flops_per_worker * context.workers));
   }
-  const int workers = context.workers > 0 ? context.workers : 1;
-  const double h2d = static_cast<double>(s.h2d_bytes) / workers;
-  const double d2h = static_cast<double>(s.d2h_bytes) / workers;
   {
     absl::MutexLock lock(&mu_);
-    for (int gpu = 0; gpu < workers; ++gpu) {
-      PcieSeries& series = Pcie(gpu);
-      series.h2d_bytes->Increment(h2d);
-      series.d2h_bytes->Increment(d2h);
-      series.h2d_bandwidth->Set(s.step_seconds > 0 ? h2d / s.step_seconds : 0.0);
-      series.d2h_bandwidth->Set(s.step_seconds > 0 ? d2h / s.step_seconds : 0.0);
-    }
+    RecordGpus(s, context);
+    SetBottleneck(s.bottleneck);
   }
   update_busy_->Increment(s.update_busy_seconds);
   stall_update_wait_->Increment(s.update_wait_seconds);
@@ -127,10 +212,24 @@ void Metrics::RecordStep(const StepStats& s, const StepContext& context) {
 void Metrics::ClearRates() {
   tokens_per_second_->Set(0);
   mfu_->Set(0);
+  predicted_step_duration_->Set(0);
   absl::MutexLock lock(&mu_);
-  for (auto& [gpu, series] : pcie_) {
+  SetBottleneck("");
+  for (auto& [gpu, series] : gpus_) {
     series.h2d_bandwidth->Set(0);
     series.d2h_bandwidth->Set(0);
+    series.memory_allocated->Set(0);
+    series.memory_peak->Set(0);
+  }
+}
+
+void Metrics::SetCalibration(std::vector<PcieCalibration> per_gpu) {
+  absl::MutexLock lock(&mu_);
+  calibration_ = std::move(per_gpu);
+  for (size_t gpu = 0; gpu < calibration_.size(); ++gpu) {
+    GpuSeries& series = Gpu(static_cast<int>(gpu));
+    series.h2d_calibrated->Set(calibration_[gpu].h2d_bytes_per_second);
+    series.d2h_calibrated->Set(calibration_[gpu].d2h_bytes_per_second);
   }
 }
 
@@ -141,6 +240,20 @@ void Metrics::SetJobCounts(const JobStateCounts& counts) {
 void Metrics::RefreshProcess() {
   absl::StatusOr<int64_t> rss = ProcessResidentBytes();
   if (rss.ok()) process_rss_->Set(static_cast<double>(*rss));
+  absl::StatusOr<HostMemory> memory = ReadHostMemory();
+  if (memory.ok()) {
+    host_memory_total_->Set(static_cast<double>(memory->total_bytes));
+    host_memory_available_->Set(static_cast<double>(memory->available_bytes));
+  }
+  if (absl::StatusOr<HostCpuTimes> host = ReadHostCpuTimes(); host.ok()) {
+    absl::MutexLock lock(&mu_);
+    const double total = host->total_seconds - last_host_total_;
+    if (last_host_busy_ >= 0 && total > 0) {
+      host_cpu_utilization_->Set(std::clamp((host->busy_seconds - last_host_busy_) / total, 0.0, 1.0));
+    }
+    last_host_busy_ = host->busy_seconds;
+    last_host_total_ = host->total_seconds;
+  }
   absl::StatusOr<double> cpu = ProcessCpuSeconds();
   if (!cpu.ok()) return;
   const absl::Time now = absl::Now();

@@ -2,16 +2,26 @@
 // exposition. RecordStep is called by the job thread, SetJobCounts by whoever changes
 // a job's state, Scrape by the metrics HTTP thread; all are thread-safe.
 //
-// Names follow the Prometheus conventions (base units, _total for counters):
-//   slidedp_step_duration_seconds (histogram), slidedp_tokens_per_second,
-//   slidedp_mfu_ratio, slidedp_pcie_bytes_total{gpu,direction},
-//   slidedp_pcie_bandwidth_bytes_per_second{gpu,direction},
-//   slidedp_cpu_update_busy_seconds_total, slidedp_stall_seconds_total{cause},
-//   slidedp_step_phase_seconds{phase}, slidedp_loss, slidedp_learning_rate,
-//   slidedp_grad_norm, slidedp_steps_total, slidedp_skipped_steps_total,
-//   slidedp_tokens_total, slidedp_jobs{state}, slidedp_process_cpu_seconds_total,
-//   slidedp_process_cpu_utilization_ratio, slidedp_process_resident_memory_bytes,
-//   slidedp_build_info{version}.
+// Names follow the Prometheus conventions (base units, _total for counters). The list
+// with types, labels and meaning is the metrics reference of README.md:
+//   step:    slidedp_step_duration_seconds (histogram), slidedp_last_step_duration_seconds,
+//            slidedp_predicted_step_duration_seconds, slidedp_step_phase_seconds{phase},
+//            slidedp_bottleneck{resource}, slidedp_tokens_per_second, slidedp_mfu_ratio,
+//            slidedp_workers, slidedp_loss, slidedp_learning_rate, slidedp_grad_norm,
+//            slidedp_steps_total, slidedp_skipped_steps_total, slidedp_tokens_total,
+//            slidedp_last_step_timestamp_seconds
+//   PCIe:    slidedp_pcie_bytes_total{gpu,direction},
+//            slidedp_pcie_busy_seconds_total{gpu,direction},
+//            slidedp_pcie_bandwidth_bytes_per_second{gpu,direction},
+//            slidedp_calibrated_pcie_bytes_per_second{gpu,direction}
+//   GPU:     slidedp_gpu_memory_allocated_bytes{gpu}, slidedp_gpu_memory_peak_bytes{gpu},
+//            slidedp_gpu_memory_total_bytes{gpu}
+//   CPU:     slidedp_cpu_update_busy_seconds_total, slidedp_stall_seconds_total{cause}
+//   jobs:    slidedp_jobs{state}
+//   process: slidedp_process_cpu_seconds_total, slidedp_process_cpu_utilization_ratio,
+//            slidedp_process_resident_memory_bytes, slidedp_host_cpu_utilization_ratio,
+//            slidedp_host_memory_total_bytes, slidedp_host_memory_available_bytes,
+//            slidedp_build_info{version}
 #pragma once
 
 #include <array>
@@ -20,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -32,6 +43,13 @@
 #include "runtime/engine/trainer.h"
 
 namespace slidedp::server {
+
+// Measured host<->device copy rates of one GPU (bytes/s), from the calibration the
+// step-time model uses; 0: not measured.
+struct PcieCalibration {
+  double h2d_bytes_per_second = 0.0;
+  double d2h_bytes_per_second = 0.0;
+};
 
 // What RecordStep needs to know about the job besides the step's numbers.
 struct StepContext {
@@ -48,14 +66,22 @@ class Metrics {
  public:
   explicit Metrics(const std::string& version);
 
-  // Updates every per-step metric. The PCIe byte counts of StepStats are totals over
-  // the workers; they are attributed evenly to gpu="0".."workers-1".
+  // Updates every per-step metric. Per-GPU series (gpu="0".."N-1") come from
+  // stats.workers; when it is empty (an engine that does not report per worker), the
+  // PCIe byte totals of StepStats are split evenly over context.workers and the
+  // per-GPU busy times and memory stay 0.
   void RecordStep(const StepStats& stats, const StepContext& context);
 
-  // The running job stopped (paused or finished): rate gauges go to 0.
+  // The running job stopped (paused or finished): rate gauges, the prediction, the
+  // bottleneck and the GPU memory in use go to 0.
   void ClearRates();
 
   void SetJobCounts(const JobStateCounts& counts);
+
+  // The calibrated copy rates per GPU (index = gpu label), exported as
+  // slidedp_calibrated_pcie_bytes_per_second from the next step on; GPUs beyond the
+  // vector export 0. Called when a job's plan is made (nobody does yet: 0 until then).
+  void SetCalibration(std::vector<PcieCalibration> per_gpu);
 
   // Refreshes the process metrics from /proc and returns the text exposition format
   // (version 0.0.4) of every metric.
@@ -64,21 +90,42 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
  private:
-  struct PcieSeries {
+  // Every per-GPU series of one GPU.
+  struct GpuSeries {
     prometheus::Counter* h2d_bytes;
     prometheus::Counter* d2h_bytes;
+    prometheus::Counter* h2d_busy;
+    prometheus::Counter* d2h_busy;
     prometheus::Gauge* h2d_bandwidth;
     prometheus::Gauge* d2h_bandwidth;
+    prometheus::Gauge* h2d_calibrated;
+    prometheus::Gauge* d2h_calibrated;
+    prometheus::Gauge* memory_allocated;
+    prometheus::Gauge* memory_peak;
+    prometheus::Gauge* memory_total;
   };
-  PcieSeries& Pcie(int gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  GpuSeries& Gpu(int gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordGpus(const StepStats& stats, const StepContext& context)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetBottleneck(const std::string& resource) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshProcess();
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* step_duration_;
+  prometheus::Gauge* last_step_duration_;
+  prometheus::Gauge* predicted_step_duration_;
+  prometheus::Gauge* last_step_timestamp_;
+  prometheus::Gauge* workers_;
+  prometheus::Family<prometheus::Gauge>* bottleneck_;
   prometheus::Gauge* tokens_per_second_;
   prometheus::Gauge* mfu_;
   prometheus::Family<prometheus::Counter>* pcie_bytes_;
+  prometheus::Family<prometheus::Counter>* pcie_busy_;
   prometheus::Family<prometheus::Gauge>* pcie_bandwidth_;
+  prometheus::Family<prometheus::Gauge>* pcie_calibrated_;
+  prometheus::Family<prometheus::Gauge>* gpu_memory_allocated_;
+  prometheus::Family<prometheus::Gauge>* gpu_memory_peak_;
+  prometheus::Family<prometheus::Gauge>* gpu_memory_total_;
   prometheus::Counter* update_busy_;
   prometheus::Counter* stall_update_wait_;
   prometheus::Gauge* phase_forward_;
@@ -95,11 +142,19 @@ class Metrics {
   prometheus::Counter* process_cpu_;
   prometheus::Gauge* process_cpu_utilization_;
   prometheus::Gauge* process_rss_;
+  prometheus::Gauge* host_cpu_utilization_;
+  prometheus::Gauge* host_memory_total_;
+  prometheus::Gauge* host_memory_available_;
 
   absl::Mutex mu_;
-  std::map<int, PcieSeries> pcie_ ABSL_GUARDED_BY(mu_);
+  std::map<int, GpuSeries> gpus_ ABSL_GUARDED_BY(mu_);
+  std::vector<PcieCalibration> calibration_ ABSL_GUARDED_BY(mu_);
+  // resource -> its slidedp_bottleneck series (1 for the current bottleneck, else 0).
+  std::map<std::string, prometheus::Gauge*> bottlenecks_ ABSL_GUARDED_BY(mu_);
   double last_cpu_seconds_ ABSL_GUARDED_BY(mu_) = 0.0;
   absl::Time last_cpu_sample_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  double last_host_busy_ ABSL_GUARDED_BY(mu_) = -1.0;  // < 0: no sample yet
+  double last_host_total_ ABSL_GUARDED_BY(mu_) = 0.0;
 };
 
 }  // namespace slidedp::server

@@ -66,6 +66,31 @@ absl::StatusOr<int64_t> ProcessResidentBytes(const std::string& statm_path) {
   return pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
+absl::StatusOr<HostCpuTimes> ReadHostCpuTimes(const std::string& stat_path) {
+  absl::StatusOr<std::string> text = ReadSmallFile(stat_path);
+  if (!text.ok()) return text.status();
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (!absl::StartsWith(line, "cpu ")) continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    // cpu user nice system idle iowait irq softirq steal [guest guest_nice]; guest time
+    // is already counted in user.
+    uint64_t v[8] = {};
+    if (fields.size() < 9) break;
+    for (int i = 0; i < 8; ++i) {
+      if (!absl::SimpleAtoi(fields[i + 1], &v[i])) {
+        return absl::DataLossError(absl::StrCat(stat_path, ": cannot parse \"", line, "\""));
+      }
+    }
+    const long ticks = sysconf(_SC_CLK_TCK);
+    const double tick = 1.0 / static_cast<double>(ticks > 0 ? ticks : 100);
+    HostCpuTimes times;
+    times.busy_seconds = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * tick;
+    times.total_seconds = times.busy_seconds + static_cast<double>(v[3] + v[4]) * tick;
+    return times;
+  }
+  return absl::DataLossError(absl::StrCat(stat_path, ": no complete \"cpu \" line"));
+}
+
 absl::StatusOr<HostMemory> ReadHostMemory(const std::string& meminfo_path) {
   absl::StatusOr<std::string> text = ReadSmallFile(meminfo_path);
   if (!text.ok()) return text.status();

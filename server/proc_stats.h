@@ -17,6 +17,15 @@ absl::StatusOr<double> ProcessCpuSeconds(const std::string& stat_path = "/proc/s
 // Resident set size in bytes, from /proc/self/statm (second field, in pages).
 absl::StatusOr<int64_t> ProcessResidentBytes(const std::string& statm_path = "/proc/self/statm");
 
+// Cumulative CPU time of the whole host, from the "cpu" line of /proc/stat, in seconds
+// summed over cores: busy = user + nice + system + irq + softirq + steal; total also
+// counts idle and iowait.
+struct HostCpuTimes {
+  double busy_seconds = 0.0;
+  double total_seconds = 0.0;
+};
+absl::StatusOr<HostCpuTimes> ReadHostCpuTimes(const std::string& stat_path = "/proc/stat");
+
 struct HostMemory {
   int64_t total_bytes = 0;
   int64_t available_bytes = 0;

@@ -1,13 +1,17 @@
-// Metrics: names, values after a step, the HTTP endpoint on cpp-httplib.
+// Metrics: names, values after a step, per-GPU series, host figures, the HTTP endpoint
+// on cpp-httplib.
 #include "server/metrics.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #define CPPHTTPLIB_OPENSSL_SUPPORT
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
 #include "server/metrics_http.h"
+#include "server/proc_stats.h"
+#include "tests/server/test_util.h"
 
 namespace slidedp::server {
 namespace {
@@ -49,6 +53,107 @@ TEST(MetricsTest, ExposesEveryMetricWithItsValue) {
   }
   metrics.ClearRates();
   EXPECT_NE(metrics.Scrape().find("slidedp_tokens_per_second 0"), std::string::npos);
+}
+
+bool Has(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST(MetricsTest, PerGpuSeriesComeFromTheWorkersFigures) {
+  Metrics metrics("1");
+  StepStats s = SomeStep();  // totals 4000 / 2000 over 0.5 s
+  WorkerDeviceStats w0, w1;
+  w0.h2d_bytes = 3000, w0.d2h_bytes = 500, w0.h2d_busy_seconds = 0.25, w0.d2h_busy_seconds = 0.125;
+  w0.memory_allocated_bytes = 7, w0.memory_peak_bytes = 9, w0.memory_total_bytes = 100;
+  w1.h2d_bytes = 1000, w1.d2h_bytes = 1500, w1.memory_total_bytes = 100;
+  s.workers = {w0, w1};
+  s.predicted_step_seconds = 0.375;
+  s.bottleneck = "cpu_update";
+  const StepContext context{2, 1000, 0};
+  metrics.SetCalibration({{50e9, 40e9}});  // GPU 1 not calibrated
+  metrics.RecordStep(s, context);
+  const std::string text = metrics.Scrape();
+  for (const char* line :
+       {"slidedp_pcie_bytes_total{direction=\"h2d\",gpu=\"0\"} 3000",
+        "slidedp_pcie_bytes_total{direction=\"h2d\",gpu=\"1\"} 1000",
+        "slidedp_pcie_bytes_total{direction=\"d2h\",gpu=\"1\"} 1500",
+        "slidedp_pcie_bandwidth_bytes_per_second{direction=\"h2d\",gpu=\"0\"} 6000",
+        "slidedp_pcie_bandwidth_bytes_per_second{direction=\"d2h\",gpu=\"1\"} 3000",
+        "slidedp_pcie_busy_seconds_total{direction=\"h2d\",gpu=\"0\"} 0.25",
+        "slidedp_pcie_busy_seconds_total{direction=\"d2h\",gpu=\"0\"} 0.125",
+        "slidedp_pcie_busy_seconds_total{direction=\"h2d\",gpu=\"1\"} 0",
+        "slidedp_calibrated_pcie_bytes_per_second{direction=\"h2d\",gpu=\"0\"} 50000000000",
+        "slidedp_calibrated_pcie_bytes_per_second{direction=\"d2h\",gpu=\"0\"} 40000000000",
+        "slidedp_calibrated_pcie_bytes_per_second{direction=\"h2d\",gpu=\"1\"} 0",
+        "slidedp_gpu_memory_allocated_bytes{gpu=\"0\"} 7", "slidedp_gpu_memory_peak_bytes{gpu=\"0\"} 9",
+        "slidedp_gpu_memory_total_bytes{gpu=\"1\"} 100", "slidedp_predicted_step_duration_seconds 0.375",
+        "slidedp_last_step_duration_seconds 0.5", "slidedp_workers 2",
+        "slidedp_bottleneck{resource=\"cpu_update\"} 1", "slidedp_bottleneck{resource=\"h2d\"} 0"}) {
+    EXPECT_TRUE(Has(text, line)) << line << "\n" << text;
+  }
+  // A bottleneck outside the known list gets its own series; the others drop to 0.
+  s.bottleneck = "nccl";
+  metrics.RecordStep(s, context);
+  std::string next = metrics.Scrape();
+  EXPECT_TRUE(Has(next, "slidedp_bottleneck{resource=\"nccl\"} 1")) << next;
+  EXPECT_TRUE(Has(next, "slidedp_bottleneck{resource=\"cpu_update\"} 0")) << next;
+  EXPECT_TRUE(Has(next, "slidedp_pcie_bytes_total{direction=\"h2d\",gpu=\"0\"} 6000")) << next;
+  metrics.ClearRates();
+  next = metrics.Scrape();
+  for (const char* line :
+       {"slidedp_bottleneck{resource=\"nccl\"} 0", "slidedp_predicted_step_duration_seconds 0",
+        "slidedp_gpu_memory_allocated_bytes{gpu=\"0\"} 0",
+        "slidedp_pcie_bandwidth_bytes_per_second{direction=\"h2d\",gpu=\"0\"} 0",
+        "slidedp_gpu_memory_total_bytes{gpu=\"1\"} 100",
+        "slidedp_pcie_bytes_total{direction=\"h2d\",gpu=\"0\"} 6000"}) {
+    EXPECT_TRUE(Has(next, line)) << line << "\n" << next;
+  }
+}
+
+TEST(MetricsTest, ZeroSeriesExistBeforeTheFirstStep) {
+  Metrics metrics("1");
+  const std::string text = metrics.Scrape();
+  for (const char* line :
+       {"slidedp_pcie_bytes_total{direction=\"h2d\",gpu=\"0\"} 0",
+        "slidedp_gpu_memory_allocated_bytes{gpu=\"0\"} 0",
+        "slidedp_calibrated_pcie_bytes_per_second{direction=\"d2h\",gpu=\"0\"} 0",
+        "slidedp_bottleneck{resource=\"cpu_update\"} 0", "slidedp_predicted_step_duration_seconds 0",
+        "slidedp_last_step_timestamp_seconds 0"}) {
+    EXPECT_TRUE(Has(text, line)) << line << "\n" << text;
+  }
+  EXPECT_NE(text.find("slidedp_host_memory_total_bytes "), std::string::npos) << text;
+  EXPECT_EQ(text.find("slidedp_host_memory_total_bytes 0\n"), std::string::npos) << text;
+}
+
+TEST(MetricsTest, HostCpuUtilizationIsBetweenTwoScrapes) {
+  Metrics metrics("1");
+  metrics.Scrape();
+  volatile double sink = 0;  // some busy time on this host
+  for (int i = 0; i < 20000000; ++i) sink = sink + i;
+  const std::string text = metrics.Scrape();
+  const size_t at = text.find("\nslidedp_host_cpu_utilization_ratio ");
+  ASSERT_NE(at, std::string::npos) << text;
+  const double ratio = std::stod(text.substr(at + 36));
+  EXPECT_GT(ratio, 0.0);
+  EXPECT_LE(ratio, 1.0);
+}
+
+TEST(ProcStatsTest, HostCpuTimesFromTheCpuLine) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.Join("stat"),
+                     "cpu  100 10 50 800 40 5 5 10 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\nintr 1\n");
+  absl::StatusOr<HostCpuTimes> t = ReadHostCpuTimes(dir.Join("stat"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const double tick = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  EXPECT_DOUBLE_EQ(t->busy_seconds, 180 * tick);  // user nice system irq softirq steal
+  EXPECT_DOUBLE_EQ(t->total_seconds, 1020 * tick);
+  testing::WriteFile(dir.Join("short"), "cpu  1 2 3\n");
+  EXPECT_FALSE(ReadHostCpuTimes(dir.Join("short")).ok());
+  testing::WriteFile(dir.Join("bad"), "cpu  1 2 x 4 5 6 7 8\n");
+  EXPECT_FALSE(ReadHostCpuTimes(dir.Join("bad")).ok());
+  EXPECT_FALSE(ReadHostCpuTimes(dir.Join("missing")).ok());
+  ASSERT_TRUE(ReadHostCpuTimes().ok());
+  EXPECT_GT(ReadHostCpuTimes()->total_seconds, 0);
 }
 
 TEST(MetricsHttpTest, ServesMetricsOnAnEphemeralPort) {
