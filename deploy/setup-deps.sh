@@ -4,6 +4,7 @@
 # package lists are refreshed only when something is missing.
 #   deploy/setup-deps.sh           build dependencies
 #   deploy/setup-deps.sh --test    also what the tests use (Python gRPC, Prometheus tools)
+#   deploy/setup-deps.sh --fuzz    also clang and libFuzzer for deploy/fuzz.sh
 set -euo pipefail
 
 BUILD_PKGS=(
@@ -17,13 +18,16 @@ BUILD_PKGS=(
 # brings systemd-analyze, which checks deploy/systemd (in a container too).
 TEST_PKGS=(python3 python3-grpcio python3-protobuf prometheus systemd)
 
+FUZZ_PKGS=(clang-14 libclang-rt-14-dev)
+
 pkgs=("${BUILD_PKGS[@]}")
-if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=("${TEST_PKGS[@]}")
-elif [[ -n "${1:-}" ]]; then
-  echo "usage: $0 [--test]" >&2
-  exit 2
-fi
+for a in "$@"; do
+  case "$a" in
+    --test) pkgs+=("${TEST_PKGS[@]}") ;;
+    --fuzz) pkgs+=("${FUZZ_PKGS[@]}") ;;
+    *) echo "usage: $0 [--test] [--fuzz]" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${pkgs[@]}"; do

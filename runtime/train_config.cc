@@ -74,6 +74,8 @@ void VisitFields(TrainConfig& c, V& v) {
   v.Field("checkpoint_dir", c.checkpoint_dir);
   v.Field("checkpoint_interval", c.checkpoint_interval);
   v.Field("keep_checkpoints", c.keep_checkpoints);
+  v.Field("resume_from", c.resume_from);
+  v.Field("max_bad_steps", c.max_bad_steps);
   v.Field("output_dir", c.output_dir);
   v.Section("policy", c.policy);
   v.Field("log_every", c.log_every);
@@ -462,6 +464,7 @@ Check CheckRun(const TrainConfig& c) {
     return Problem{"checkpoint_dir", "must be set when checkpoint_interval > 0"};
   }
   if (Check p = AtLeast("keep_checkpoints", c.keep_checkpoints, 1)) return p;
+  if (Check p = AtLeast("max_bad_steps", c.max_bad_steps, 1)) return p;
   return AtLeast<int64_t>("log_every", c.log_every, 1);
 }
 

@@ -59,6 +59,11 @@ struct TrainConfig {
   std::string checkpoint_dir;     // empty: no checkpoints
   int64_t checkpoint_interval = 0;
   int keep_checkpoints = 3;
+  // A checkpoint file, or a directory whose newest checkpoint is taken; empty: start
+  // from the model. The checkpoint's job must match this one in everything that shapes
+  // the trajectory (model, data, batch, steps, optimizer, seed).
+  std::string resume_from;
+  int max_bad_steps = 5;          // non-finite steps in a row before the job fails
   std::string output_dir;         // empty: no export
   PolicyConfig policy;
   int64_t log_every = 1;

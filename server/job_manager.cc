@@ -61,6 +61,7 @@ absl::Status JobManager::LoadFromStore() {
   absl::StatusOr<std::vector<v1::Job>> jobs = options_.store->LoadAll();
   if (!jobs.ok()) return jobs.status();
   absl::MutexLock lock(&mu_);
+  std::vector<std::string> restored;  // go before the queued jobs
   for (v1::Job& job : *jobs) {
     auto entry = std::make_unique<Entry>();
     entry->job = std::move(job);
@@ -70,18 +71,26 @@ absl::Status JobManager::LoadFromStore() {
     jobs_[id] = std::move(entry);
     if (e.job.state() == v1::JOB_STATE_QUEUED) {
       queue_.push_back(id);
+    } else if (!IsTerminal(e.job.state()) && e.job.cancel_requested()) {
+      SetState(e, v1::JOB_STATE_CANCELLED, "cancelled (the daemon stopped before it could)");
+    } else if (!IsTerminal(e.job.state()) && !e.job.spec().checkpoint_dir().empty()) {
+      e.restored = true;
+      restored.push_back(id);
     } else if (!IsTerminal(e.job.state())) {
       e.job.set_error(absl::StrCat("interrupted: the daemon stopped while the job was ",
                                    StateName(e.job.state()), " at step ", e.job.step(), " of ",
-                                   e.job.total_steps(), "; its host state was lost"));
+                                   e.job.total_steps(),
+                                   "; it has no checkpoint_dir, so its host state was lost"));
       e.job.set_pause_requested(false);
       e.job.set_cancel_requested(false);
       SetState(e, v1::JOB_STATE_FAILED, e.job.error());
     }
   }
+  queue_.insert(queue_.begin(), restored.begin(), restored.end());
   PublishJobCounts();
   Log(absl::StrCat("loaded ", order_.size(), " jobs from ", options_.store->path(), ", ",
-                   queue_.size(), " queued"));
+                   queue_.size() - restored.size(), " queued, ", restored.size(),
+                   " to continue from checkpoints"));
   return absl::OkStatus();
 }
 

@@ -70,17 +70,21 @@ struct NodeSnapshot {
 
 class JobManager {
  public:
-  // Loads the store's jobs (QUEUED ones are queued again in submission order; RUNNING
-  // or PAUSED ones, whose daemon stopped under them, become FAILED saying so) and
-  // starts the job thread.
+  // Loads the store's jobs and starts the job thread. QUEUED ones are queued again in
+  // submission order. RUNNING or PAUSED ones, whose daemon stopped under them, go first:
+  // with a checkpoint_dir a RUNNING job resumes from its newest checkpoint (from step 0
+  // if none was written yet) and a PAUSED one stays PAUSED, holding the GPUs, until
+  // Resume() recreates its state from the checkpoint written when it paused; without a
+  // checkpoint_dir their host state is lost and they become FAILED saying so.
   static absl::StatusOr<std::unique_ptr<JobManager>> Start(JobManagerOptions options);
   ~JobManager();  // Shutdown()
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
-  // Stops the job thread at the next step boundary: the running (or paused) job
-  // becomes FAILED ("interrupted by daemon shutdown"); queued jobs stay QUEUED in the
-  // store for the next start. Idempotent.
+  // Stops the job thread at the next step boundary. The running (or paused) job with a
+  // checkpoint_dir writes a checkpoint and keeps its state in the store, so the next
+  // start continues it; one without becomes FAILED ("interrupted by daemon shutdown").
+  // Queued jobs stay QUEUED in the store for the next start. Idempotent.
   void Shutdown();
 
   // Queues a job for `spec` (already translated, validated and resolved by the
@@ -118,6 +122,9 @@ class JobManager {
     v1::Job job;
     std::deque<v1::JobEvent> history;
     int64_t next_sequence = 1;
+    // Loaded RUNNING or PAUSED from the store: the job thread continues it from its
+    // checkpoint instead of starting it.
+    bool restored = false;
   };
   struct Subscription {
     std::string job_id;
@@ -146,6 +153,11 @@ class JobManager {
   // The job thread (job_runner.cc).
   void JobThread() ABSL_LOCKS_EXCLUDED(mu_);
   void RunJob(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  // For a restored job: takes the GPUs; a PAUSED one waits for Resume() or Cancel().
+  // False if it should not run (cancelled, or shutdown while paused).
+  bool StartRestored(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes a checkpoint if the job has a checkpoint_dir; "" or a note for messages.
+  std::string CheckpointNote(const TrainConfig& config, Trainer& trainer) ABSL_LOCKS_EXCLUDED(mu_);
   void RunSteps(const std::string& id, const TrainConfig& config, std::unique_ptr<Trainer> trainer)
       ABSL_LOCKS_EXCLUDED(mu_);
   Boundary AtStepBoundary(const std::string& id, Trainer& trainer, absl::Status* error)

@@ -1,10 +1,13 @@
 // JobManager's job thread: takes the next queued job, creates its Trainer, runs
 // Step() until the job's steps are done, honoring pause, resume, cancel and shutdown
-// at step boundaries, then drains, records the weights digest and exports.
+// at step boundaries, then drains, records the weights digest and exports. Jobs with a
+// checkpoint_dir write a checkpoint on pause, cancel and shutdown (and every
+// checkpoint_interval steps, in Trainer::Step), and continue from it after a restart.
 // Runs on the job thread only; takes mu_ between engine calls, never across them.
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/state/checkpoint.h"
 #include "server/job_manager.h"
 #include "server/log.h"
 
@@ -48,27 +51,81 @@ void JobManager::JobThread() {
   }
 }
 
+bool JobManager::StartRestored(Entry& e) {
+  e.restored = false;
+  running_id_ = e.job.id();
+  if (e.job.state() == v1::JOB_STATE_PAUSED) {
+    Log(absl::StrCat("job ", e.job.id(), " stays PAUSED at step ", e.job.step(),
+                     " (holding the GPUs); resume continues it from its checkpoint"));
+    while (!shutdown_ && e.job.state() == v1::JOB_STATE_PAUSED) changed_.Wait(&mu_);
+    if (e.job.state() != v1::JOB_STATE_RUNNING) {  // cancelled, or shut down while paused
+      running_id_.clear();
+      return false;
+    }
+    return true;
+  }
+  SetState(e, v1::JOB_STATE_RUNNING, "continuing after a daemon restart");
+  return true;
+}
+
 void JobManager::RunJob(const std::string& id) {
   v1::JobSpec spec;
+  bool restored = false;
   {
     absl::MutexLock lock(&mu_);
     Entry* e = Find(id);
-    if (e == nullptr || e->job.state() != v1::JOB_STATE_QUEUED) return;
-    running_id_ = id;
+    if (e == nullptr) return;
+    if (e->restored) {
+      restored = true;
+      if (!StartRestored(*e)) return;
+    } else {
+      if (e->job.state() != v1::JOB_STATE_QUEUED) return;
+      running_id_ = id;
+      SetState(*e, v1::JOB_STATE_RUNNING, "started");
+    }
     spec = e->job.spec();
-    SetState(*e, v1::JOB_STATE_RUNNING, "started");
   }
   absl::StatusOr<TrainConfig> config = options_.translator(spec);
   if (!config.ok()) {
     Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("spec: ", config.status().message()));
     return;
   }
+  std::string from = "step 0 (no checkpoint was written yet)";
+  if (restored) {
+    absl::StatusOr<std::string> latest = LatestCheckpoint(config->checkpoint_dir);
+    if (latest.ok()) {
+      config->resume_from = *latest;
+      from = *latest;
+    } else if (latest.status().code() != absl::StatusCode::kNotFound) {
+      Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("finding its checkpoint: ", latest.status().message()));
+      return;
+    }
+  }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = options_.trainer_factory(*config);
   if (!trainer.ok()) {
     Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("creating the trainer: ", trainer.status().message()));
     return;
   }
+  if (restored) {
+    absl::MutexLock lock(&mu_);
+    Entry& e = *Find(id);
+    e.job.set_step((*trainer)->completed_steps());
+    e.job.set_tokens_seen((*trainer)->tokens_seen());
+    Persist(e);
+    Emit(e, v1::JobEvent::TYPE_STATE_CHANGE, absl::StrCat("continuing from ", from), nullptr);
+    Log(absl::StrCat("job ", id, " continues at step ", e.job.step(), " from ", from));
+  }
   RunSteps(id, *config, *std::move(trainer));
+}
+
+std::string JobManager::CheckpointNote(const TrainConfig& config, Trainer& trainer) {
+  if (config.checkpoint_dir.empty()) return "";
+  absl::StatusOr<std::string> path = trainer.SaveCheckpoint();
+  if (!path.ok()) {
+    Log(absl::StrCat("checkpoint failed: ", path.status().ToString()));
+    return absl::StrCat(" (checkpoint failed: ", path.status().message(), ")");
+  }
+  return absl::StrCat(" (checkpoint ", *path, ")");
 }
 
 void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
@@ -83,9 +140,22 @@ void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
     const Boundary boundary = AtStepBoundary(id, *trainer, &error);
     const int64_t step = trainer->completed_steps();
     if (boundary != Boundary::kContinue) {
+      // Cancel and shutdown keep a checkpoint when the job has a checkpoint_dir.
+      std::string note;
+      if (boundary == Boundary::kCancel || boundary == Boundary::kShutdown) {
+        note = CheckpointNote(config, *trainer);
+      }
       trainer.reset();  // frees the host state before the state change is announced
       if (boundary == Boundary::kCancel) {
-        Finish(id, v1::JOB_STATE_CANCELLED, absl::StrCat("cancelled at step ", step));
+        Finish(id, v1::JOB_STATE_CANCELLED, absl::StrCat("cancelled at step ", step, note));
+      } else if (boundary == Boundary::kShutdown && !config.checkpoint_dir.empty()) {
+        // Stays RUNNING (or PAUSED) in the store: the next start continues it.
+        absl::MutexLock lock(&mu_);
+        running_id_.clear();
+        Entry& e = *Find(id);
+        Persist(e);
+        Log(absl::StrCat("job ", id, " stopped by daemon shutdown at step ", step, note,
+                         "; the next start continues it"));
       } else if (boundary == Boundary::kShutdown) {
         Finish(id, v1::JOB_STATE_FAILED,
                absl::StrCat("interrupted by daemon shutdown at step ", step, " of ", config.steps,
@@ -129,13 +199,14 @@ JobManager::Boundary JobManager::AtStepBoundary(const std::string& id, Trainer& 
     *error = s;
     return Boundary::kFail;
   }
+  const std::string note = CheckpointNote(trainer.config(), trainer);
   absl::MutexLock lock(&mu_);
   Entry& e = *Find(id);
   if (e.job.cancel_requested()) return Boundary::kCancel;
   if (shutdown_) return Boundary::kShutdown;
   if (!e.job.pause_requested()) return Boundary::kContinue;  // resumed while draining
   e.job.set_pause_requested(false);
-  SetState(e, v1::JOB_STATE_PAUSED, absl::StrCat("paused at step ", trainer.completed_steps()));
+  SetState(e, v1::JOB_STATE_PAUSED, absl::StrCat("paused at step ", trainer.completed_steps(), note));
   if (options_.metrics != nullptr) options_.metrics->ClearRates();
   // Resume() sets RUNNING, Cancel() sets CANCELLED; both signal changed_.
   while (!shutdown_ && e.job.state() == v1::JOB_STATE_PAUSED) changed_.Wait(&mu_);
@@ -153,6 +224,10 @@ void JobManager::RecordStep(const std::string& id, const StepStats& stats,
     options_.metrics->RecordStep(stats, StepContext{config.workers, num_parameters, peak});
   }
   const v1::StepEvent event = ToStepEvent(stats);
+  if (!stats.checkpoint_path.empty()) {
+    Log(absl::StrCat("job ", id, ": checkpoint ", stats.checkpoint_path, " (",
+                     absl::SixDigits(stats.checkpoint_seconds), " s)"));
+  }
   absl::MutexLock lock(&mu_);
   node_.has_step = true;
   node_.last_step = stats;

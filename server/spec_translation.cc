@@ -150,6 +150,7 @@ TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& s) {
   Take(s.has_output_dir(), s.output_dir(), &c.output_dir);
   ApplyPolicy(s.policy(), &c.policy);
   Take(s.has_log_every(), s.log_every(), &c.log_every);
+  Take(s.has_max_bad_steps(), s.max_bad_steps(), &c.max_bad_steps);
   return c;
 }
 
@@ -205,6 +206,7 @@ v1::JobSpec TrainConfigToJobSpec(const TrainConfig& c) {
   p->set_loss_chunk_tokens(c.policy.loss_chunk_tokens);
   p->set_update_threads(c.policy.update_threads);
   s.set_log_every(c.log_every);
+  s.set_max_bad_steps(c.max_bad_steps);
   return s;
 }
 

@@ -7,8 +7,12 @@
 #include <cmath>
 #include <filesystem>
 #include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include <ATen/Context.h>
 #include "runtime/data/dataset.h"
 #include "runtime/engine/batch_tensors.h"
@@ -16,6 +20,7 @@
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_checkpoint.h"
+#include "runtime/state/checkpoint.h"
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
 
@@ -32,6 +37,55 @@ absl::StatusOr<ModelConfig> ResolveModel(const std::string& model, bool* from_di
         preset.status().message(), ")"));
   }
   return preset;
+}
+
+// "embedding", "block.3", "head": a unit's name in checkpoints and messages.
+std::string UnitName(const UnitLayout& u) {
+  switch (u.kind) {
+    case UnitKind::kEmbedding: return "embedding";
+    case UnitKind::kHead: return "head";
+    case UnitKind::kBlock: break;
+  }
+  return absl::StrCat("block.", u.layer);
+}
+
+// The first field that shapes the training trajectory and differs between the job that
+// wrote a checkpoint and `now`, as "field (checkpoint: x, now: y)"; empty if none.
+std::string TrajectoryMismatch(const TrainConfig& saved, const TrainConfig& now) {
+  const auto num = [](auto v) {
+    if constexpr (std::is_floating_point_v<decltype(v)>) {
+      return absl::StrFormat("%.17g", v);
+    } else {
+      return absl::StrCat(v);
+    }
+  };
+  const std::vector<std::tuple<const char*, std::string, std::string>> fields = {
+      {"model", saved.model, now.model},
+      {"data.format", saved.data.format, now.data.format},
+      {"data.path", saved.data.path, now.data.path},
+      {"data.token_dtype", saved.data.token_dtype, now.data.token_dtype},
+      {"data.shuffle", num(saved.data.shuffle), num(now.data.shuffle)},
+      {"seq_len", num(saved.seq_len), num(now.seq_len)},
+      {"micro_batch_size", num(saved.micro_batch_size), num(now.micro_batch_size)},
+      {"grad_accum", num(saved.grad_accum), num(now.grad_accum)},
+      {"workers", num(saved.workers), num(now.workers)},
+      {"compute_dtype", saved.compute_dtype, now.compute_dtype},
+      {"steps", num(saved.steps), num(now.steps)},
+      {"seed", num(saved.seed), num(now.seed)},
+      {"optimizer.lr", num(saved.optimizer.lr), num(now.optimizer.lr)},
+      {"optimizer.min_lr_ratio", num(saved.optimizer.min_lr_ratio), num(now.optimizer.min_lr_ratio)},
+      {"optimizer.warmup_steps", num(saved.optimizer.warmup_steps), num(now.optimizer.warmup_steps)},
+      {"optimizer.schedule", saved.optimizer.schedule, now.optimizer.schedule},
+      {"optimizer.beta1", num(saved.optimizer.beta1), num(now.optimizer.beta1)},
+      {"optimizer.beta2", num(saved.optimizer.beta2), num(now.optimizer.beta2)},
+      {"optimizer.eps", num(saved.optimizer.eps), num(now.optimizer.eps)},
+      {"optimizer.weight_decay", num(saved.optimizer.weight_decay), num(now.optimizer.weight_decay)},
+      {"optimizer.max_grad_norm", num(saved.optimizer.max_grad_norm), num(now.optimizer.max_grad_norm)},
+  };
+  for (const auto& [name, a, b] : fields) {
+    if (a != b) return absl::StrCat(name, " (checkpoint: ", a, ", now: ", b, ")");
+  }
+  return "";
 }
 
 class EngineTrainer final : public Trainer {
@@ -66,6 +120,10 @@ class EngineTrainer final : public Trainer {
     pipeline_->Drain();
     return state_->MasterDigest();
   }
+  absl::StatusOr<std::string> SaveCheckpoint() override;
+  int64_t tokens_seen() const override { return tokens_seen_; }
+  // Continues from checkpoint `path` (right after construction, before any step).
+  absl::Status Restore(const std::string& path);
   absl::Status ExportHf(const std::string& dir) override {
     pipeline_->Drain();
     const ModelLayout& layout = state_->layout();
@@ -77,6 +135,11 @@ class EngineTrainer final : public Trainer {
  private:
   // Splits a batch of rows into per-worker micro-batches of int64 tensors.
   std::vector<WorkerBatch> Split(const TokenBatch& b, int64_t* target_tokens) const;
+  // The host state's buffers, unit by unit, for checkpoint files.
+  std::vector<CheckpointUnit> CheckpointUnits();
+  // After a step: counts non-finite steps (failing after max_bad_steps in a row) and
+  // writes the interval's checkpoint.
+  absl::Status AfterStep(const StepUpdateSummary& u, StepStats& s);
 
   const TrainConfig config_;
   const ModelConfig model_;
@@ -86,7 +149,100 @@ class EngineTrainer final : public Trainer {
   std::unique_ptr<UpdatePipeline> pipeline_;
   std::vector<std::unique_ptr<Worker>> workers_;
   int64_t step_ = 0;
+  int64_t tokens_seen_ = 0;
+  int64_t skipped_steps_ = 0;
+  int64_t bad_in_row_ = 0;
 };
+
+std::vector<CheckpointUnit> EngineTrainer::CheckpointUnits() {
+  std::vector<CheckpointUnit> units;
+  for (int u = 0; u < state_->num_units(); ++u) {
+    UnitState& us = state_->unit(u);
+    units.push_back(CheckpointUnit{UnitName(state_->layout().units[u]), state_->layout().units[u].numel,
+                                   us.master.data_ptr<float>(), us.m.data_ptr<float>(),
+                                   us.v.data_ptr<float>()});
+  }
+  return units;
+}
+
+absl::StatusOr<std::string> EngineTrainer::SaveCheckpoint() {
+  if (config_.checkpoint_dir.empty()) {
+    return absl::FailedPreconditionError("checkpoint_dir: not set, so no checkpoint can be written");
+  }
+  pipeline_->Drain();
+  CheckpointMeta meta;
+  meta.step = step_;
+  meta.adam_steps = pipeline_->adam_steps();
+  meta.tokens_seen = tokens_seen_;
+  meta.skipped_steps = skipped_steps_;
+  meta.bad_steps_in_row = bad_in_row_;
+  meta.seed = config_.seed;
+  meta.data_cursor = data_->Cursor();
+  meta.config_json = TrainConfigToJson(config_);
+  return WriteCheckpoint(config_.checkpoint_dir, meta, CheckpointUnits(), config_.keep_checkpoints);
+}
+
+absl::Status EngineTrainer::Restore(const std::string& from) {
+  std::string path = from;
+  if (std::filesystem::is_directory(from)) {
+    absl::StatusOr<std::string> latest = LatestCheckpoint(from);
+    if (!latest.ok()) return absl::NotFoundError(absl::StrCat("resume_from: ", latest.status().message()));
+    path = *latest;
+  }
+  absl::StatusOr<CheckpointMeta> head = ReadCheckpointMeta(path);
+  if (!head.ok()) return head.status();
+  absl::StatusOr<TrainConfig> saved = ParseTrainConfig(head->config_json, path);
+  if (!saved.ok()) return saved.status();
+  if (std::string diff = TrajectoryMismatch(*saved, config_); !diff.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resume_from: checkpoint ", path, " is of a different job: ", diff));
+  }
+  if (head->step > config_.steps) {
+    return absl::FailedPreconditionError(absl::StrCat("resume_from: checkpoint ", path, " is at step ",
+                                                      head->step, ", past steps ", config_.steps));
+  }
+  absl::StatusOr<CheckpointMeta> meta = ReadCheckpoint(path, CheckpointUnits());
+  if (!meta.ok()) return meta.status();
+  if (absl::Status s = data_->Restore(meta->data_cursor); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("resume_from: ", path, ": data cursor: ", s.message()));
+  }
+  state_->RefreshAllParams();
+  pipeline_->RestoreProgress(meta->step, meta->adam_steps);
+  step_ = meta->step;
+  tokens_seen_ = meta->tokens_seen;
+  skipped_steps_ = meta->skipped_steps;
+  bad_in_row_ = meta->bad_steps_in_row;
+  return absl::OkStatus();
+}
+
+absl::Status EngineTrainer::AfterStep(const StepUpdateSummary& u, StepStats& s) {
+  tokens_seen_ += s.tokens;
+  if (s.skipped) {
+    ++skipped_steps_;
+    ++bad_in_row_;
+    s.bad_unit = u.bad_unit;
+    if (u.bad_unit >= 0) s.bad_unit_name = UnitName(state_->layout().units[u.bad_unit]);
+  } else {
+    bad_in_row_ = 0;
+  }
+  s.bad_steps_in_row = bad_in_row_;
+  if (bad_in_row_ >= config_.max_bad_steps) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "non-finite ", std::isfinite(s.loss) ? "gradient" : "loss", " in steps ",
+        s.step - bad_in_row_ + 1, "..", s.step, " (", bad_in_row_, " in a row, max_bad_steps ",
+        config_.max_bad_steps, "), the last at unit ",
+        s.bad_unit_name.empty() ? "(none: the loss only)" : s.bad_unit_name, "; loss ", s.loss,
+        ", lr ", s.lr, "; each was skipped"));
+  }
+  if (config_.checkpoint_interval > 0 && step_ % config_.checkpoint_interval == 0) {
+    const double t0 = MonotonicSeconds();
+    absl::StatusOr<std::string> path = SaveCheckpoint();
+    if (!path.ok()) return path.status();
+    s.checkpoint_path = *path;
+    s.checkpoint_seconds = MonotonicSeconds() - t0;
+  }
+  return absl::OkStatus();
+}
 
 std::vector<WorkerBatch> EngineTrainer::Split(const TokenBatch& b, int64_t* target_tokens) const {
   const int64_t mbs = config_.micro_batch_size;
@@ -140,6 +296,7 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
   s.update_busy_seconds = pipeline_->TakeBusySeconds();
   s.step_seconds = MonotonicSeconds() - t0;
   s.tokens_per_second = s.step_seconds > 0 ? tokens / s.step_seconds : 0.0;
+  if (absl::Status st = AfterStep(u, s); !st.ok()) return st;
   return s;
 }
 
@@ -161,7 +318,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
   // GPUs compute in bf16 (fp32 master weights stay on the host); the CPU device as asked.
   const at::ScalarType dtype = cuda || config.compute_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   auto state = std::make_unique<HostState>(*model, dtype, config.policy.chunk_elems, /*pin=*/cuda);
-  if (from_dir) {
+  if (!config.resume_from.empty()) {
+    // Every buffer comes from the checkpoint below.
+  } else if (from_dir) {
     if (absl::Status s = state->LoadHf(config.model); !s.ok()) return s;
   } else {
     state->InitRandom(config.seed);
@@ -169,8 +328,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
   absl::StatusOr<std::unique_ptr<Dataset>> data =
       OpenDataset(config.data, config.seq_len, model->vocab_size, config.seed);
   if (!data.ok()) return data.status();
-  return std::unique_ptr<Trainer>(
-      new EngineTrainer(config, *model, std::move(state), std::move(*data)));
+  auto trainer = std::make_unique<EngineTrainer>(config, *model, std::move(state), std::move(*data));
+  if (!config.resume_from.empty()) {
+    if (absl::Status s = trainer->Restore(config.resume_from); !s.ok()) return s;
+  }
+  return std::unique_ptr<Trainer>(std::move(trainer));
 }
 
 }  // namespace slidedp

@@ -36,6 +36,11 @@ struct StepStats {
   double step_seconds = 0.0;    // wall time of Step()
   double tokens_per_second = 0.0;
   bool skipped = false;         // non-finite loss or gradient: no update was applied
+  int bad_unit = -1;            // skipped: the first unit with a non-finite gradient, or -1
+  std::string bad_unit_name;    // ... as "embedding", "block.3", "head"
+  int64_t bad_steps_in_row = 0; // skipped steps in a row ending with this one
+  std::string checkpoint_path;  // the checkpoint written after this step, if any
+  double checkpoint_seconds = 0.0;  // time it took (not in step_seconds)
   // Parts of the step (seconds, summed over workers where parallel).
   double forward_seconds = 0.0;
   double backward_seconds = 0.0;
@@ -57,7 +62,11 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config);
   virtual ~Trainer() = default;
 
-  // Runs the next optimizer step.
+  // Runs the next optimizer step. A step with a non-finite loss or gradient applies no
+  // update (StepStats.skipped); the config's max_bad_steps of them in a row fail the
+  // step with FAILED_PRECONDITION naming the step and the unit. Every
+  // checkpoint_interval steps it writes a checkpoint (StepStats.checkpoint_path); a
+  // failed write fails the step (the previous checkpoints are kept).
   virtual absl::StatusOr<StepStats> Step() = 0;
 
   // Waits until every update issued so far has been applied to the host state.
@@ -75,6 +84,17 @@ class Trainer {
   // Writes the trained weights as a Hugging Face directory (config.json,
   // model.safetensors or shards + index), after Drain().
   virtual absl::Status ExportHf(const std::string& dir) = 0;
+
+  // Writes a checkpoint of the state after completed_steps() into the config's
+  // checkpoint_dir (after Drain()) and keeps its keep_checkpoints newest; returns the
+  // path. Create() with config.resume_from set continues from one bit-exactly
+  // (runtime/state/checkpoint.h).
+  virtual absl::StatusOr<std::string> SaveCheckpoint() {
+    return absl::UnimplementedError("this trainer cannot write checkpoints");
+  }
+
+  // Tokens with a loss in the completed steps (restored from a checkpoint).
+  virtual int64_t tokens_seen() const { return 0; }
 };
 
 }  // namespace slidedp

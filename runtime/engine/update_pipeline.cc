@@ -104,6 +104,18 @@ double UpdatePipeline::TakeBusySeconds() {
   return b;
 }
 
+int64_t UpdatePipeline::adam_steps() {
+  absl::MutexLock lock(&mu_);
+  return adam_steps_;
+}
+
+void UpdatePipeline::RestoreProgress(int64_t steps, int64_t adam_steps) {
+  absl::MutexLock lock(&mu_);
+  std::fill(version_.begin(), version_.end(), steps);
+  adam_steps_ = adam_steps;
+  step_ = steps - 1;
+}
+
 void UpdatePipeline::Loop() {
   for (;;) {
     Task t;

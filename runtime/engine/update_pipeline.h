@@ -53,6 +53,12 @@ class UpdatePipeline {
   void Drain();
   double TakeBusySeconds();
 
+  // Checkpoints (trainer's thread, between steps, after Drain()): the AdamW steps
+  // applied so far, and a restore that makes the pipeline continue after `steps`
+  // completed steps of which `adam_steps` applied an update.
+  int64_t adam_steps();
+  void RestoreProgress(int64_t steps, int64_t adam_steps);
+
  private:
   struct Task {
     int unit;

@@ -1,6 +1,6 @@
 // libFuzzer entry point for the config.json parser: any text is parsed; a config that
 // parses must serialize with ModelConfigToJson and parse back to the same shape.
-// Not part of the CMake build (it needs clang). Build and run from the repository root:
+// Built and run (ASan + UBSan, bounded time) by deploy/fuzz.sh; by hand, from the repository root:
 //   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
 //     tests/fuzz/config_fuzz.cc runtime/model/model_config.cc runtime/model/param_layout.cc \
 //     $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format) -o /tmp/config_fuzz

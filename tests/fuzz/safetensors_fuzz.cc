@@ -1,6 +1,6 @@
 // libFuzzer entry point for the safetensors reader: any byte string is parsed as a file
 // image; whatever opens must give in-range byte spans and convert without faults.
-// Not part of the CMake build (it needs clang). Build and run from the repository root:
+// Built and run (ASan + UBSan, bounded time) by deploy/fuzz.sh; by hand, from the repository root:
 //   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
 //     tests/fuzz/safetensors_fuzz.cc runtime/model/safetensors.cc \
 //     $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format) -o /tmp/safetensors_fuzz

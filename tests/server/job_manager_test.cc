@@ -292,6 +292,74 @@ TEST_F(JobManagerTest, JobsFoundRunningInTheStoreBecomeFailed) {
             std::string::npos) << found.error();
 }
 
+// With a checkpoint_dir, a job found RUNNING continues ahead of the queue, one found
+// PAUSED stays PAUSED (across another restart too) and holds the queue until resumed
+// or cancelled, and one whose cancel was requested is CANCELLED. (The fake trainer
+// writes no checkpoints, so they start from step 0; the real resume is checked in
+// tests/server/durability_integration_test.cc.)
+class DurableRestartTest : public JobManagerTest {
+ protected:
+  void Put(const std::string& id, v1::JobState state, bool cancel = false) {
+    v1::JobSpec durable = Spec(4);
+    durable.set_checkpoint_dir(dir_.Join("ckpt"));
+    v1::Job job;
+    job.set_id(id);
+    job.set_state(state);
+    job.set_step(2);
+    job.set_total_steps(4);
+    job.set_cancel_requested(cancel);
+    *job.mutable_spec() = durable;
+    ASSERT_TRUE(store_->Put(job).ok());
+  }
+};
+
+TEST_F(DurableRestartTest, RunningJobContinuesFirst) {
+  manager_.reset();
+  Put("job-00000000000a", v1::JOB_STATE_QUEUED);
+  Put("job-00000000000d", v1::JOB_STATE_RUNNING);
+  Open();
+  ASSERT_TRUE(WaitState("job-00000000000d", v1::JOB_STATE_SUCCEEDED));
+  EXPECT_EQ(Get("job-00000000000d").step(), 4);
+  const v1::Job d = Get("job-00000000000d");
+  ASSERT_TRUE(WaitState("job-00000000000a", v1::JOB_STATE_SUCCEEDED));
+  const v1::Job a = Get("job-00000000000a");
+  EXPECT_GE(a.start_time().seconds(), d.end_time().seconds() - 1) << "the restored job ran first";
+}
+
+TEST_F(DurableRestartTest, CancelRequestedJobIsCancelled) {
+  manager_.reset();
+  Put("job-00000000000c", v1::JOB_STATE_RUNNING, /*cancel=*/true);
+  Open();
+  EXPECT_EQ(Get("job-00000000000c").state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(DurableRestartTest, PausedJobStaysPausedHoldsTheQueueAndResumes) {
+  manager_.reset();
+  Put("job-00000000000b", v1::JOB_STATE_PAUSED);
+  Put("job-00000000000e", v1::JOB_STATE_QUEUED);
+  Open();
+  Open();  // shut down while it waits paused: still PAUSED in the store
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(Get("job-00000000000b").state(), v1::JOB_STATE_PAUSED);
+  EXPECT_EQ(Get("job-00000000000b").step(), 2);
+  EXPECT_EQ(Get("job-00000000000e").state(), v1::JOB_STATE_QUEUED) << "a paused job holds the queue";
+  EXPECT_EQ(manager_->node_snapshot().running_job_id, "job-00000000000b");
+  ASSERT_TRUE(manager_->Resume("job-00000000000b").ok());
+  ASSERT_TRUE(WaitState("job-00000000000b", v1::JOB_STATE_SUCCEEDED));
+  ASSERT_TRUE(WaitState("job-00000000000e", v1::JOB_STATE_SUCCEEDED));
+}
+
+TEST_F(DurableRestartTest, RestoredPausedJobCanBeCancelled) {
+  manager_.reset();
+  Put("job-0000000000aa", v1::JOB_STATE_PAUSED);
+  Open();
+  ASSERT_TRUE(WaitFor([&] { return manager_->node_snapshot().running_job_id == "job-0000000000aa"; }, 10s));
+  ASSERT_TRUE(manager_->Cancel("job-0000000000aa").ok());
+  EXPECT_EQ(Get("job-0000000000aa").state(), v1::JOB_STATE_CANCELLED);
+  const v1::Job next = Submit(2);
+  EXPECT_TRUE(WaitState(next.id(), v1::JOB_STATE_SUCCEEDED)) << "the cancelled job frees the GPUs";
+}
+
 TEST_F(JobManagerTest, ListFiltersByStateAndPages) {
   control_->Allow(0);
   std::vector<std::string> ids;

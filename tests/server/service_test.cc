@@ -220,6 +220,60 @@ TEST_F(ServiceTest, BearerTokenIsRequiredWhenConfigured) {
   EXPECT_TRUE(Submit(Small(1), &job, "s3cret").ok());
 }
 
+// A wrong or missing token reveals nothing and changes nothing: every RPC that names
+// or lists jobs is UNAUTHENTICATED with an empty response, no event is streamed, the
+// message names no job, and the job is untouched. Tokens that merely share a prefix
+// with the real one are wrong too.
+TEST_F(ServiceTest, WrongOrMissingTokenLeaksNoJobDataAndChangesNothing) {
+  control_->Allow(2);  // the job stays RUNNING at step 2 while we probe
+  Start("s3cret");
+  v1::Job job;
+  ASSERT_TRUE(Submit(Small(5), &job, "s3cret").ok());
+  const std::string id = job.id();
+  for (const std::string token : {"", "wrong", "s3cre", "s3cretX", "S3CRET"}) {
+    SCOPED_TRACE("token '" + token + "'");
+    v1::GetJobRequest get;
+    get.set_id(id);
+    v1::Job got;
+    grpc::Status s = stub_->GetJob(Context(token).get(), get, &got);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(s.error_message().find(id), std::string::npos) << s.error_message();
+    EXPECT_TRUE(got.id().empty() && got.spec().model().empty());
+    v1::ListJobsResponse list;
+    s = stub_->ListJobs(Context(token).get(), v1::ListJobsRequest(), &list);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(list.jobs_size(), 0);
+    {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + 10s);
+      if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+      v1::WatchJobRequest watch;
+      watch.set_id(id);
+      watch.set_replay(true);
+      auto reader = stub_->WatchJob(&context, watch);
+      v1::JobEvent event;
+      int events = 0;
+      while (reader->Read(&event)) ++events;
+      EXPECT_EQ(events, 0) << "no event may reach a client without the token";
+      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+    v1::PauseJobRequest pause;
+    pause.set_id(id);
+    EXPECT_EQ(stub_->PauseJob(Context(token).get(), pause, &got).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    v1::CancelJobRequest cancel;
+    cancel.set_id(id);
+    EXPECT_EQ(stub_->CancelJob(Context(token).get(), cancel, &got).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  v1::GetJobRequest get;
+  get.set_id(id);
+  v1::Job now;
+  ASSERT_TRUE(stub_->GetJob(Context("s3cret").get(), get, &now).ok());
+  EXPECT_FALSE(now.pause_requested());
+  EXPECT_FALSE(now.cancel_requested());
+  EXPECT_NE(now.state(), v1::JOB_STATE_CANCELLED);
+  control_->Allow(INT64_MAX);
+}
+
 TEST_F(ServiceTest, ManyWatchersAndCancelledWatchers) {
   Start();
   control_->Allow(0);

@@ -98,6 +98,14 @@ int ChildProcess::Stop(std::chrono::seconds limit) {
   return code;
 }
 
+void ChildProcess::Kill() {
+  if (!running()) return;
+  kill(pid_, SIGKILL);
+  WaitExit(pid_, std::chrono::seconds(10));
+  pid_ = -1;
+  exit_code_ = -1;
+}
+
 ChildProcess::~ChildProcess() { Stop(); }
 
 DaemonProcess::DaemonProcess(const std::string& binary, const std::string& state_dir,
@@ -122,6 +130,11 @@ DaemonProcess::DaemonProcess(const std::string& binary, const std::string& state
 int DaemonProcess::Stop(std::chrono::seconds limit) {
   address_.clear();
   return child_ ? child_->Stop(limit) : -1;
+}
+
+void DaemonProcess::Kill() {
+  address_.clear();
+  if (child_) child_->Kill();
 }
 
 DaemonProcess::~DaemonProcess() { Stop(); }

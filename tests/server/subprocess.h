@@ -32,6 +32,8 @@ class ChildProcess {
   bool running();  // has not exited
   // SIGTERM and wait up to `limit`; the exit code (-1 if it had to be killed).
   int Stop(std::chrono::seconds limit = std::chrono::seconds(60));
+  // SIGKILL (a crash: no cleanup runs) and reap it.
+  void Kill();
 
  private:
   pid_t pid_ = -1;
@@ -55,6 +57,8 @@ class DaemonProcess {
   bool running() { return child_ && child_->running(); }
   // SIGTERM and wait up to `limit`; returns the exit code (-1 if it had to be killed).
   int Stop(std::chrono::seconds limit = std::chrono::seconds(60));
+  // kill -9: the daemon dies mid-whatever, as in a crash or an OOM kill.
+  void Kill();
 
   const std::string& address() const { return address_; }
   const std::string& metrics_address() const { return metrics_address_; }

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz/ with clang (ASan + UBSan) into build-fuzz/
+# and runs each for a bounded time, starting from its seed corpus in
+# tests/fuzz/corpus/NAME (new inputs go to build-fuzz/corpus/NAME, not the repository).
+# Prints the executions of each run; exits non-zero if any target crashes (the input is
+# kept as build-fuzz/NAME-crash-*; reproduce with build-fuzz/NAME_fuzz FILE).
+#   deploy/fuzz.sh [SECONDS_EACH (default 20)] [NAME...]
+# Needs clang-14 and libclang-rt-14-dev (deploy/setup-deps.sh --fuzz).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-20}"
+shift || true
+all=(safetensors config token_file jsonl train_config spec_file checkpoint)
+# jsonl and spec_file crash today (uncaught nlohmann exceptions: a number out of range
+# in runtime/data/jsonl_tokens.cc, invalid UTF-8 in client/spec_file.cc's dump()); they
+# join the default set once fixed. Run them by name: deploy/fuzz.sh 20 jsonl spec_file
+default=(safetensors config token_file train_config checkpoint)
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=("${default[@]}")
+out=build-fuzz
+mkdir -p "$out/gen"
+CXX="${SLIDEDP_FUZZ_CXX:-clang++-14}"
+flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+       -I. -I"$out/gen")
+absl=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format absl_synchronization)
+
+protoc -I proto --cpp_out="$out/gen" proto/slidedp/v1/job.proto
+
+sources() {
+  case "$1" in
+    safetensors) echo runtime/model/safetensors.cc runtime/model/json_nesting.cc ;;
+    config) echo runtime/model/model_config.cc runtime/model/param_layout.cc runtime/model/json_nesting.cc ;;
+    token_file) echo runtime/data/token_file.cc runtime/data/data_file_mapping.cc runtime/data/token_source.cc ;;
+    jsonl) echo runtime/data/jsonl_tokens.cc runtime/data/data_file_mapping.cc runtime/data/token_source.cc ;;
+    train_config) echo runtime/train_config.cc ;;
+    spec_file) echo client/spec_file.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
+    checkpoint) echo runtime/state/checkpoint.cc ;;
+    *) echo "fuzz: unknown target $1 (known: ${all[*]})" >&2; return 1 ;;
+  esac
+}
+libs() {
+  case "$1" in
+    train_config) echo -lyaml-cpp ;;
+    spec_file) echo -lprotobuf -lyaml-cpp ;;
+  esac
+}
+
+# Build (two at a time: this runs on 2-core machines).
+pids=()
+for t in "${targets[@]}"; do
+  src=$(sources "$t")
+  # shellcheck disable=SC2046,SC2086
+  "$CXX" "${flags[@]}" "tests/fuzz/${t}_fuzz.cc" $src $(libs "$t") $absl -o "$out/${t}_fuzz" \
+    >"$out/${t}_build.log" 2>&1 &
+  pids+=("$!:$t")
+  if [[ ${#pids[@]} -ge 2 ]]; then
+    p="${pids[0]}"; pids=("${pids[@]:1}")
+    wait "${p%%:*}" || { cat "$out/${p#*:}_build.log"; exit 1; }
+  fi
+done
+for p in "${pids[@]}"; do wait "${p%%:*}" || { cat "$out/${p#*:}_build.log"; exit 1; }; done
+
+failed=()
+for t in "${targets[@]}"; do
+  mkdir -p "$out/corpus/$t"
+  log="$out/${t}_run.log"
+  set +e
+  "$out/${t}_fuzz" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$out/${t}-" "$out/corpus/$t" "tests/fuzz/corpus/$t" \
+    >"$log" 2>&1
+  rc=$?
+  set -e
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  if [[ $rc -ne 0 ]]; then
+    echo "fuzz: $t CRASHED after $execs executions (exit $rc); log $log:"
+    tail -n 40 "$log"
+    failed+=("$t")
+  else
+    echo "fuzz: $t ok, $execs executions in ${seconds}s, corpus $(ls "$out/corpus/$t" | wc -l) inputs"
+  fi
+done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "fuzz: crashes in ${failed[*]}"
+  exit 1
+fi
+echo "fuzz: ${#targets[@]} targets crash-free"

@@ -1,0 +1,358 @@
+// Checkpoint files: see checkpoint.h. Plain POSIX I/O so that every failure (ENOSPC,
+// EFBIG, EIO) is seen where it happens and named with the file.
+#include "runtime/state/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace slidedp {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kMagic[8] = {'S', 'L', 'D', 'P', 'C', 'K', 'P', 'T'};
+constexpr char kEndMagic[8] = {'S', 'L', 'D', 'P', 'E', 'N', 'D', '\0'};
+constexpr uint64_t kMaxHeaderBytes = uint64_t{64} << 20;
+constexpr const char* kPrefix = "ckpt-";
+constexpr const char* kSuffix = ".slidedp";
+
+// 64-bit word-wise FNV-style checksum: fast enough for tens of GB (8 bytes per multiply),
+// and any split of the input into Update() calls gives the same result.
+class Checksum {
+ public:
+  void Update(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    total_ += n;
+    while (n > 0 && pending_n_ > 0) {
+      pending_[pending_n_++] = *p++;
+      --n;
+      if (pending_n_ == 8) Word(pending_), pending_n_ = 0;
+    }
+    for (; n >= 8; p += 8, n -= 8) Word(p);
+    while (n-- > 0) pending_[pending_n_++] = *p++;
+  }
+  uint64_t Final() const {
+    uint64_t h = h_;
+    for (size_t i = 0; i < pending_n_; ++i) h = (h ^ pending_[i]) * kPrime;
+    return (h ^ total_) * kPrime;
+  }
+
+ private:
+  static constexpr uint64_t kPrime = 0x100000001b3ULL;
+  void Word(const unsigned char* p) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h_ = (h_ ^ w) * kPrime;
+    h_ ^= h_ >> 29;
+  }
+  uint64_t h_ = 0xcbf29ce484222325ULL;
+  uint64_t total_ = 0;
+  unsigned char pending_[8] = {};
+  size_t pending_n_ = 0;
+};
+
+std::string Errno(int e) { return std::strerror(e); }
+
+// Closes the descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+absl::Status WriteAll(int fd, const std::string& path, const void* data, size_t n, Checksum* sum) {
+  if (sum != nullptr) sum->Update(data, n);
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const size_t piece = std::min<size_t>(n, size_t{1} << 26);
+    const ssize_t w = ::write(fd, p, piece);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int e = errno;
+      std::string hint = (e == ENOSPC || e == EFBIG || e == EDQUOT)
+                             ? " (the disk or the file size limit is full; the previous checkpoint is kept)"
+                             : "";
+      return absl::ResourceExhaustedError(absl::StrCat("writing checkpoint ", path, ": ", Errno(e), hint));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadAll(int fd, const std::string& path, void* data, size_t n, Checksum* sum) {
+  auto* p = static_cast<char*>(data);
+  size_t left = n;
+  while (left > 0) {
+    const ssize_t r = ::read(fd, p, std::min<size_t>(left, size_t{1} << 26));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return absl::DataLossError(absl::StrCat("reading checkpoint ", path, ": ", Errno(errno)));
+    if (r == 0) return absl::DataLossError(absl::StrCat("checkpoint ", path, " is truncated"));
+    p += r;
+    left -= static_cast<size_t>(r);
+  }
+  if (sum != nullptr) sum->Update(data, n);
+  return absl::OkStatus();
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0 || ::fsync(d.fd) != 0) {
+    return absl::InternalError(absl::StrCat("fsync of directory ", dir, ": ", Errno(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// The step of a checkpoint file name, or -1 if `name` is not one.
+int64_t StepOfName(const std::string& name) {
+  if (!absl::StartsWith(name, kPrefix) || !absl::EndsWith(name, kSuffix)) return -1;
+  const std::string digits =
+      name.substr(std::strlen(kPrefix), name.size() - std::strlen(kPrefix) - std::strlen(kSuffix));
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  int64_t step = -1;
+  return absl::SimpleAtoi(digits, &step) ? step : -1;
+}
+
+std::string HeaderJson(const CheckpointMeta& meta, const std::vector<CheckpointUnit>& units) {
+  json units_json = json::array();
+  for (const CheckpointUnit& u : units) units_json.push_back({{"name", u.name}, {"numel", u.numel}});
+  json h = {{"format", "slidedp.checkpoint"},
+            {"step", meta.step},
+            {"adam_steps", meta.adam_steps},
+            {"tokens_seen", meta.tokens_seen},
+            {"skipped_steps", meta.skipped_steps},
+            {"bad_steps_in_row", meta.bad_steps_in_row},
+            {"seed", meta.seed},
+            {"data_cursor", meta.data_cursor},
+            {"config", meta.config_json},
+            {"units", units_json}};
+  return h.dump();
+}
+
+struct Header {
+  CheckpointMeta meta;
+  std::vector<std::pair<std::string, int64_t>> units;
+  uint64_t bytes = 0;  // file bytes up to the end of the header
+};
+
+template <typename T>
+absl::Status Get(const json& h, const char* key, const std::string& path, T* out) {
+  auto it = h.find(key);
+  bool ok = it != h.end();
+  if constexpr (std::is_same_v<T, std::string>) {
+    ok = ok && it->is_string();
+  } else if constexpr (std::is_unsigned_v<T>) {
+    ok = ok && it->is_number_unsigned();
+  } else {
+    ok = ok && it->is_number_integer();
+  }
+  if (!ok) return absl::DataLossError(absl::StrCat("checkpoint ", path, ": header field '", key, "' is missing or mistyped"));
+  *out = it->get<T>();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Header> ParseHeader(const std::string& path, const std::string& text) {
+  json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (h.is_discarded() || !h.is_object()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": the header is not a JSON object"));
+  }
+  Header out;
+  CheckpointMeta& m = out.meta;
+  for (absl::Status s : {Get(h, "step", path, &m.step), Get(h, "adam_steps", path, &m.adam_steps),
+                         Get(h, "tokens_seen", path, &m.tokens_seen),
+                         Get(h, "skipped_steps", path, &m.skipped_steps),
+                         Get(h, "bad_steps_in_row", path, &m.bad_steps_in_row),
+                         Get(h, "seed", path, &m.seed), Get(h, "data_cursor", path, &m.data_cursor),
+                         Get(h, "config", path, &m.config_json)}) {
+    if (!s.ok()) return s;
+  }
+  auto units = h.find("units");
+  if (units == h.end() || !units->is_array()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": header field 'units' is missing"));
+  }
+  for (const json& u : *units) {
+    std::string name;
+    int64_t numel = 0;
+    if (!u.is_object()) return absl::DataLossError(absl::StrCat("checkpoint ", path, ": a unit is not an object"));
+    if (absl::Status s = Get(u, "name", path, &name); !s.ok()) return s;
+    if (absl::Status s = Get(u, "numel", path, &numel); !s.ok()) return s;
+    if (numel < 0 || numel > (int64_t{1} << 40)) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": unit ", name, " has numel ", numel));
+    }
+    out.units.emplace_back(std::move(name), numel);
+  }
+  return out;
+}
+
+absl::StatusOr<Header> ReadHeader(int fd, const std::string& path, Checksum* sum) {
+  char magic[8];
+  uint32_t version[2];
+  uint64_t header_bytes = 0;
+  if (absl::Status s = ReadAll(fd, path, magic, 8, sum); !s.ok()) return s;
+  if (std::memcmp(magic, kMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrCat(path, " is not a slidedp checkpoint (bad magic)"));
+  }
+  if (absl::Status s = ReadAll(fd, path, version, 8, sum); !s.ok()) return s;
+  if (version[0] != kCheckpointVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " has version ", version[0],
+                                                      "; this build reads version ", kCheckpointVersion));
+  }
+  if (absl::Status s = ReadAll(fd, path, &header_bytes, 8, sum); !s.ok()) return s;
+  if (header_bytes > kMaxHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": header of ", header_bytes, " bytes"));
+  }
+  std::string text(header_bytes, '\0');
+  if (absl::Status s = ReadAll(fd, path, text.data(), text.size(), sum); !s.ok()) return s;
+  absl::StatusOr<Header> h = ParseHeader(path, text);
+  if (h.ok()) h->bytes = 24 + header_bytes;
+  return h;
+}
+
+}  // namespace
+
+std::string CheckpointPath(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / absl::StrFormat("%s%09d%s", kPrefix, step, kSuffix)).string();
+}
+
+absl::StatusOr<std::vector<std::string>> ListCheckpoints(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::pair<int64_t, std::string>> found;
+  if (!fs::exists(dir, ec)) return std::vector<std::string>{};
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const int64_t step = StepOfName(it->path().filename().string());
+    if (step >= 0 && it->is_regular_file(ec)) found.emplace_back(step, it->path().string());
+  }
+  if (ec) return absl::InternalError(absl::StrCat("listing checkpoints in ", dir, ": ", ec.message()));
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> paths;
+  for (auto& [step, path] : found) paths.push_back(std::move(path));
+  return paths;
+}
+
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> all = ListCheckpoints(dir);
+  if (!all.ok()) return all.status();
+  if (all->empty()) return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir));
+  return all->back();
+}
+
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMeta& meta,
+                                            const std::vector<CheckpointUnit>& units, int keep) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating checkpoint directory ", dir, ": ", ec.message()));
+  const std::string path = CheckpointPath(dir, meta.step);
+  const std::string tmp = path + ".tmp";
+  absl::Status s = [&]() -> absl::Status {
+    Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    if (f.fd < 0) return absl::InternalError(absl::StrCat("creating checkpoint ", tmp, ": ", Errno(errno)));
+    Checksum sum;
+    const std::string header = HeaderJson(meta, units);
+    const uint32_t version[2] = {kCheckpointVersion, 0};
+    const uint64_t header_bytes = header.size();
+    absl::Status w = WriteAll(f.fd, tmp, kMagic, 8, &sum);
+    if (w.ok()) w = WriteAll(f.fd, tmp, version, 8, &sum);
+    if (w.ok()) w = WriteAll(f.fd, tmp, &header_bytes, 8, &sum);
+    if (w.ok()) w = WriteAll(f.fd, tmp, header.data(), header.size(), &sum);
+    for (const CheckpointUnit& u : units) {
+      const size_t n = static_cast<size_t>(u.numel) * sizeof(float);
+      for (const float* buf : {u.master, u.m, u.v}) {
+        if (w.ok()) w = WriteAll(f.fd, tmp, buf, n, &sum);
+      }
+    }
+    const uint64_t checksum = sum.Final();
+    if (w.ok()) w = WriteAll(f.fd, tmp, &checksum, 8, nullptr);
+    if (w.ok()) w = WriteAll(f.fd, tmp, kEndMagic, 8, nullptr);
+    if (!w.ok()) return w;
+    if (::fsync(f.fd) != 0) return absl::InternalError(absl::StrCat("fsync of checkpoint ", tmp, ": ", Errno(errno)));
+    const int fd = f.fd;
+    f.fd = -1;
+    if (::close(fd) != 0) return absl::InternalError(absl::StrCat("closing checkpoint ", tmp, ": ", Errno(errno)));
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("renaming ", tmp, " to ", path, ": ", Errno(errno)));
+    }
+    return FsyncDir(dir);
+  }();
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  // Prune: all but the `keep` newest, and leftovers of writes that were killed.
+  absl::StatusOr<std::vector<std::string>> all = ListCheckpoints(dir);
+  if (all.ok()) {
+    for (size_t i = 0; i + std::max(keep, 1) < all->size(); ++i) fs::remove((*all)[i], ec);
+  }
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (absl::EndsWith(name, ".tmp") && StepOfName(name.substr(0, name.size() - 4)) >= 0) {
+      fs::remove(it->path(), ec);
+    }
+  }
+  return path;
+}
+
+absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) return absl::NotFoundError(absl::StrCat("opening checkpoint ", path, ": ", Errno(errno)));
+  absl::StatusOr<Header> h = ReadHeader(f.fd, path, nullptr);
+  if (!h.ok()) return h.status();
+  return h->meta;
+}
+
+absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
+                                              const std::vector<CheckpointUnit>& units) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) return absl::NotFoundError(absl::StrCat("opening checkpoint ", path, ": ", Errno(errno)));
+  Checksum sum;
+  absl::StatusOr<Header> h = ReadHeader(f.fd, path, &sum);
+  if (!h.ok()) return h.status();
+  if (h->units.size() != units.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " has ", h->units.size(),
+                                                      " units; the model has ", units.size()));
+  }
+  uint64_t expected = h->bytes + 16;
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (h->units[i].first != units[i].name || h->units[i].second != units[i].numel) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, ": unit ", i, " is ", h->units[i].first, " with ", h->units[i].second,
+          " elements; the model's is ", units[i].name, " with ", units[i].numel));
+    }
+    expected += 3 * static_cast<uint64_t>(units[i].numel) * sizeof(float);
+  }
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " has ", st.st_size, " bytes; its header says ",
+                                            expected, " (truncated or corrupt)"));
+  }
+  for (const CheckpointUnit& u : units) {
+    const size_t n = static_cast<size_t>(u.numel) * sizeof(float);
+    for (float* buf : {u.master, u.m, u.v}) {
+      if (absl::Status s = ReadAll(f.fd, path, buf, n, &sum); !s.ok()) return s;
+    }
+  }
+  uint64_t checksum = 0;
+  char end[8];
+  if (absl::Status s = ReadAll(f.fd, path, &checksum, 8, nullptr); !s.ok()) return s;
+  if (absl::Status s = ReadAll(f.fd, path, end, 8, nullptr); !s.ok()) return s;
+  if (checksum != sum.Final() || std::memcmp(end, kEndMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": checksum mismatch (corrupt file)"));
+  }
+  return h->meta;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,72 @@
+// Checkpoint: one job's training state on disk, so that a run can stop (pause, cancel,
+// daemon crash) and continue bit-exactly: per unit the fp32 master weights and AdamW
+// moments m and v, plus the step, the AdamW step count, the data cursor, the seed (the
+// only random state the engine has: initialization and shuffling derive from it) and
+// the job's config. One file per checkpoint, "<dir>/ckpt-<step, 9 digits>.slidedp":
+//   "SLDPCKPT" | u32 version | u32 0 | u64 header bytes | header (JSON) |
+//   per unit: master, m, v (numel little-endian fp32 each) | u64 checksum | "SLDPEND\0"
+// The checksum covers every byte before it. A checkpoint is written to "<name>.tmp",
+// fsynced, renamed into place and the directory fsynced, so a crash or a full disk at
+// any point leaves the previous checkpoints as they were. No threads of its own; the
+// functions may be called from any one thread per directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace slidedp {
+
+inline constexpr int kCheckpointVersion = 1;
+
+struct CheckpointMeta {
+  int64_t step = 0;        // completed optimizer steps
+  int64_t adam_steps = 0;  // AdamW steps applied (bias correction); skipped steps do not count
+  int64_t tokens_seen = 0;
+  int64_t skipped_steps = 0;     // steps skipped for a non-finite loss or gradient, in total
+  int64_t bad_steps_in_row = 0;  // ... ending with this step
+  uint64_t seed = 0;
+  std::string data_cursor;  // Dataset::Cursor()
+  std::string config_json;  // TrainConfigToJson of the job
+};
+
+// One unit's buffers: for writing they are read, for reading they are filled. Each
+// points at `numel` floats.
+struct CheckpointUnit {
+  std::string name;  // e.g. "embedding", "block.3", "head"; must match on reading
+  int64_t numel = 0;
+  float* master = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+};
+
+// "<dir>/ckpt-000000120.slidedp" for step 120.
+std::string CheckpointPath(const std::string& dir, int64_t step);
+
+// Writes a checkpoint of `meta` and `units` into `dir` (created if missing), then
+// deletes all but the `keep` newest checkpoints and any leftover "*.tmp" file. Returns
+// the path written. On any failure (e.g. ENOSPC, EFBIG) the partial file is removed,
+// the previous checkpoints are untouched, and the error names the file and the cause.
+absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMeta& meta,
+                                            const std::vector<CheckpointUnit>& units, int keep);
+
+// The checkpoints in `dir`, oldest (lowest step) first; files being written (".tmp")
+// and other names are ignored. An absent directory has none.
+absl::StatusOr<std::vector<std::string>> ListCheckpoints(const std::string& dir);
+
+// The newest checkpoint in `dir`; NOT_FOUND if it has none.
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
+
+// Reads only the header of checkpoint `path` (cheap): its meta.
+absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& path);
+
+// Reads checkpoint `path` into `units`, whose names and sizes must match the file's
+// (else FAILED_PRECONDITION naming the unit). A truncated file or a wrong checksum is
+// DATA_LOSS naming the file. On error the buffers may be partly overwritten.
+absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
+                                              const std::vector<CheckpointUnit>& units);
+
+}  // namespace slidedp

@@ -1,0 +1,335 @@
+// Checkpoints: the file format round-trips and detects damage; a process killed with
+// SIGKILL while writing, or a write that hits a full disk (RLIMIT_FSIZE), leaves the
+// previous checkpoint readable; a trainer resumed from a checkpoint ends bit-identical
+// to an uninterrupted run; non-finite steps are skipped, counted, and fail the job
+// after max_bad_steps in a row.
+#include "runtime/state/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine/trainer.h"
+
+namespace slidedp {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory, removed with everything in it at the end of the scope.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_((fs::temp_directory_path() / ("slidedp_ckpt_" + name + "_" + std::to_string(::getpid()))).string()) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  operator const std::string&() const { return path_; }
+  std::string operator+(const char* tail) const { return path_ + tail; }
+
+ private:
+  std::string path_;
+};
+
+// Buffers of a two-unit "model" filled with a pattern that depends on `salt`.
+struct Buffers {
+  std::vector<std::vector<float>> master, m, v;
+  Buffers(std::vector<int64_t> sizes, float salt) {
+    for (int64_t n : sizes) {
+      master.emplace_back(n), m.emplace_back(n), v.emplace_back(n);
+      for (int64_t i = 0; i < n; ++i) {
+        master.back()[i] = salt + 0.5f * i;
+        m.back()[i] = salt - i;
+        v.back()[i] = salt * 3 + i;
+      }
+    }
+  }
+  std::vector<CheckpointUnit> Units() {
+    std::vector<CheckpointUnit> u;
+    for (size_t i = 0; i < master.size(); ++i) {
+      u.push_back({"unit" + std::to_string(i), static_cast<int64_t>(master[i].size()), master[i].data(),
+                   m[i].data(), v[i].data()});
+    }
+    return u;
+  }
+};
+
+CheckpointMeta Meta(int64_t step) {
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.adam_steps = step - 1;
+  meta.tokens_seen = 1000 * step;
+  meta.skipped_steps = 1;
+  meta.seed = 0xfeedbeefcafe1234ULL;
+  meta.data_cursor = "{\"cursor\":\"x\"}";
+  meta.config_json = "{\"model\":\"tiny\"}";
+  return meta;
+}
+
+TEST(Checkpoint, RoundTripsEveryFieldAndBuffer) {
+  const TempDir dir("roundtrip");
+  Buffers in({100, 7}, 1.25f);
+  absl::StatusOr<std::string> path = WriteCheckpoint(dir, Meta(12), in.Units(), 3);
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, CheckpointPath(dir, 12));
+  Buffers out({100, 7}, 0.0f);
+  absl::StatusOr<CheckpointMeta> meta = ReadCheckpoint(*path, out.Units());
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->step, 12);
+  EXPECT_EQ(meta->adam_steps, 11);
+  EXPECT_EQ(meta->tokens_seen, 12000);
+  EXPECT_EQ(meta->skipped_steps, 1);
+  EXPECT_EQ(meta->seed, 0xfeedbeefcafe1234ULL);
+  EXPECT_EQ(meta->data_cursor, "{\"cursor\":\"x\"}");
+  EXPECT_EQ(meta->config_json, "{\"model\":\"tiny\"}");
+  EXPECT_EQ(out.master, in.master);
+  EXPECT_EQ(out.m, in.m);
+  EXPECT_EQ(out.v, in.v);
+}
+
+TEST(Checkpoint, KeepsTheNewestKAndFindsTheLatest) {
+  const TempDir dir("keep");
+  Buffers b({10}, 1.0f);
+  for (int64_t step : {5, 10, 15, 20}) ASSERT_TRUE(WriteCheckpoint(dir, Meta(step), b.Units(), 2).ok());
+  absl::StatusOr<std::vector<std::string>> all = ListCheckpoints(dir);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, (std::vector<std::string>{CheckpointPath(dir, 15), CheckpointPath(dir, 20)}));
+  EXPECT_EQ(*LatestCheckpoint(dir), CheckpointPath(dir, 20));
+  EXPECT_EQ(LatestCheckpoint(TempDir("empty")).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Checkpoint, DetectsCorruptionTruncationAndAnotherModel) {
+  const TempDir dir("corrupt");
+  Buffers b({64}, 2.0f);
+  const std::string path = *WriteCheckpoint(dir, Meta(1), b.Units(), 3);
+  const auto size = fs::file_size(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size) - 100);
+    f.put('\x7f');
+  }
+  absl::StatusOr<CheckpointMeta> r = ReadCheckpoint(path, b.Units());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find(path), std::string::npos);
+
+  fs::resize_file(path, size - 9);
+  r = ReadCheckpoint(path, b.Units());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << r.status();
+
+  const std::string good = *WriteCheckpoint(dir, Meta(2), b.Units(), 3);
+  Buffers other({65}, 0.0f);
+  r = ReadCheckpoint(good, other.Units());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+
+  std::ofstream(dir + "/ckpt-000000003.slidedp") << "not a checkpoint";
+  EXPECT_EQ(ReadCheckpointMeta(dir + "/ckpt-000000003.slidedp").status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A child process writes a large checkpoint and is killed with SIGKILL in the middle;
+// the previous checkpoint stays the latest and reads back intact, and the next write
+// cleans up the partial file.
+TEST(Checkpoint, KillDuringWriteKeepsThePreviousCheckpoint) {
+  const TempDir dir("kill");
+  Buffers small({1000}, 3.0f);
+  const std::string previous = *WriteCheckpoint(dir, Meta(1), small.Units(), 3);
+  const int64_t big = int64_t{48} << 20;  // 3 x 192 MiB: the write takes a while
+  const std::string tmp = CheckpointPath(dir, 2) + ".tmp";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::vector<float> buf(big, 1.0f);
+    std::vector<CheckpointUnit> units = {{"unit0", big, buf.data(), buf.data(), buf.data()}};
+    for (;;) (void)WriteCheckpoint(dir, Meta(2), units, 3);
+  }
+  // Kill it while the temporary file is partly written.
+  bool seen = false;
+  for (int i = 0; i < 3000 && !seen; ++i) {
+    std::error_code ec;
+    seen = fs::exists(tmp, ec) && fs::file_size(tmp, ec) > (uintmax_t{1} << 20);
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(seen) << "the child never started writing " << tmp;
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(*LatestCheckpoint(dir), previous) << "a killed write must not become the latest";
+  Buffers back({1000}, 0.0f);
+  ASSERT_TRUE(ReadCheckpoint(previous, back.Units()).ok());
+  EXPECT_EQ(back.master, small.master);
+  // The next successful write removes the leftover.
+  ASSERT_TRUE(WriteCheckpoint(dir, Meta(3), small.Units(), 3).ok());
+  EXPECT_FALSE(fs::exists(tmp));
+}
+
+// A write that runs into a full disk (here: a file size limit with SIGXFSZ ignored, so
+// write() fails with EFBIG as on ENOSPC) fails with a clear error naming the file, and
+// leaves the previous checkpoint as it was.
+TEST(Checkpoint, FullDiskFailsClearlyAndKeepsThePreviousCheckpoint) {
+  const TempDir dir("full");
+  Buffers small({1000}, 4.0f);
+  const std::string previous = *WriteCheckpoint(dir, Meta(1), small.Units(), 1);
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipefd[0]);
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    Buffers big({1 << 20}, 5.0f);  // 12 MiB of state > 1 MiB limit
+    absl::StatusOr<std::string> r = WriteCheckpoint(dir, Meta(2), big.Units(), 1);
+    const std::string msg = r.ok() ? "OK" : std::string(r.status().ToString());
+    (void)!::write(pipefd[1], msg.data(), msg.size());
+    ::_exit(r.ok() ? 1 : 0);
+  }
+  ::close(pipefd[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) msg.append(buf, n);
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << msg;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the write should have failed: " << msg;
+  EXPECT_NE(msg.find("RESOURCE_EXHAUSTED"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("File too large"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(CheckpointPath(dir, 2)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("previous checkpoint is kept"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(CheckpointPath(dir, 2) + ".tmp"));
+  EXPECT_EQ(*LatestCheckpoint(dir), previous);
+  Buffers back({1000}, 0.0f);
+  ASSERT_TRUE(ReadCheckpoint(previous, back.Units()).ok());
+  EXPECT_EQ(back.master, small.master);
+}
+
+TrainConfig Tiny(int steps) {
+  TrainConfig c;
+  c.model = "tiny";
+  c.seq_len = 32;
+  c.micro_batch_size = 2;
+  c.workers = 2;
+  c.steps = steps;
+  c.optimizer.lr = 3e-3;
+  c.optimizer.warmup_steps = 2;
+  c.optimizer.weight_decay = 0.01;
+  c.policy.update_threads = 1;
+  return c;
+}
+
+// Runs `steps` steps; returns the losses.
+std::vector<double> Run(Trainer& t, int steps) {
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    absl::StatusOr<StepStats> s = t.Step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) break;
+    losses.push_back(s->loss);
+  }
+  return losses;
+}
+
+void ExpectResumeIsBitExact(TrainConfig c, const std::string& name) {
+  auto whole = Trainer::Create(c);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const std::vector<double> all = Run(**whole, 8);
+  const std::string digest = (*whole)->WeightsDigest();
+
+  const TempDir ckpt(name);
+  TrainConfig first = c;
+  first.checkpoint_dir = ckpt;
+  first.checkpoint_interval = 3;
+  auto a = Trainer::Create(first);
+  ASSERT_TRUE(a.ok()) << a.status();
+  Run(**a, 5);  // checkpoint at step 3; steps 4, 5 are lost with the process
+  a->reset();
+
+  TrainConfig second = first;
+  second.resume_from = first.checkpoint_dir;
+  auto b = Trainer::Create(second);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->completed_steps(), 3);
+  EXPECT_GT((*b)->tokens_seen(), 0);
+  const std::vector<double> rest = Run(**b, 5);
+  ASSERT_EQ(rest.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(rest[i], all[3 + i]) << "step " << 4 + i;
+  EXPECT_EQ((*b)->WeightsDigest(), digest);
+}
+
+TEST(CheckpointResume, IsBitExactWithClipping) { ExpectResumeIsBitExact(Tiny(8), "resume_clip"); }
+
+TEST(CheckpointResume, IsBitExactWithoutClipping) {
+  TrainConfig c = Tiny(8);
+  c.optimizer.max_grad_norm = 0;  // the speculative per-unit update path
+  ExpectResumeIsBitExact(c, "resume_noclip");
+}
+
+TEST(CheckpointResume, RefusesACheckpointOfAnotherJob) {
+  TrainConfig c = Tiny(4);
+  const TempDir ckpt("other"), empty("nothing_here");
+  c.checkpoint_dir = ckpt;
+  auto a = Trainer::Create(c);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*a)->Step().ok());
+  ASSERT_TRUE((*a)->SaveCheckpoint().ok());
+  TrainConfig other = c;
+  other.optimizer.lr = 1e-2;
+  other.resume_from = c.checkpoint_dir;
+  auto b = Trainer::Create(other);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(b.status().message().find("optimizer.lr"), std::string::npos) << b.status();
+  other = c;
+  other.resume_from = empty;
+  EXPECT_EQ(Trainer::Create(other).status().code(), absl::StatusCode::kNotFound);
+}
+
+// An absurd learning rate makes the weights overflow: the steps after it are skipped
+// (no update), counted with the unit named, and max_bad_steps of them in a row fail.
+TEST(NonFinite, SkipsCountsAndFailsAfterMaxBadSteps) {
+  TrainConfig c = Tiny(30);
+  c.optimizer.lr = 1e38;
+  c.optimizer.warmup_steps = 0;
+  c.optimizer.schedule = "constant";
+  c.max_bad_steps = 3;
+  auto t = Trainer::Create(c);
+  ASSERT_TRUE(t.ok()) << t.status();
+  int skipped = 0;
+  absl::Status failure;
+  for (int i = 0; i < 30; ++i) {
+    absl::StatusOr<StepStats> s = (*t)->Step();
+    if (!s.ok()) {
+      failure = s.status();
+      break;
+    }
+    if (s->skipped) {
+      ++skipped;
+      EXPECT_EQ(s->bad_steps_in_row, skipped);
+    }
+  }
+  ASSERT_FALSE(failure.ok()) << "the overflowing job never failed";
+  EXPECT_EQ(skipped, 2) << "two skipped steps are reported before the third fails";
+  EXPECT_EQ(failure.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(failure.message().find("max_bad_steps 3"), std::string::npos) << failure;
+  EXPECT_NE(failure.message().find(" in a row"), std::string::npos) << failure;
+  EXPECT_NE(failure.message().find("steps "), std::string::npos) << failure;
+  EXPECT_NE(failure.message().find("unit "), std::string::npos) << failure;
+}
+
+}  // namespace
+}  // namespace slidedp
