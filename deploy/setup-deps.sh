@@ -13,6 +13,7 @@ BUILD_PKGS=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libyaml-cpp-dev
   libsqlite3-dev libcpp-httplib-dev libssl-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libre2-dev libutf8proc-dev
 )
 # prometheus brings promtool and a server that the metrics test scrapes with; systemd
 # brings systemd-analyze, which checks deploy/systemd (in a container too).

@@ -1,0 +1,188 @@
+// BytePairEncoding: see bpe.h.
+#include "runtime/data/tokenizer/bpe.h"
+
+#include <queue>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "runtime/data/tokenizer/pretokenizer.h"
+
+namespace slidedp {
+namespace {
+
+using nlohmann::json;
+
+// Byte-level text (each character a stand-in for one byte) -> raw bytes.
+bool ByteLevelToBytes(absl::string_view text, std::string* out) {
+  out->clear();
+  size_t i = 0;
+  while (i < text.size()) {
+    const int b = ByteLevelByte(NextCodePoint(text, &i));
+    if (b < 0) return false;
+    out->push_back(static_cast<char>(b));
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
+  if (model.value("type", "BPE") != "BPE") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model.type \"%s\" is not supported (BPE)", model.value("type", "")));
+  }
+  if (!model.value("dropout", json()).is_null() && model.at("dropout").get<double>() != 0) {
+    return absl::InvalidArgumentError("model.dropout is not supported");
+  }
+  if (model.value("byte_fallback", false)) {
+    return absl::InvalidArgumentError("model.byte_fallback is not supported (byte-level BPE only)");
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model.at(key).is_null() && !model.at(key).get<std::string>().empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat("model.%s is not supported", key));
+    }
+  }
+  BytePairEncoding bpe;
+  bpe.ignore_merges_ = model.value("ignore_merges", false);
+  const json& vocab = model.at("vocab");
+  std::string bytes;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const int64_t id = it.value().get<int64_t>();
+    if (id < 0 || id >= (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(absl::StrFormat("model.vocab[\"%s\"]: id %d", it.key(), id));
+    }
+    if (!ByteLevelToBytes(it.key(), &bytes)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "model.vocab[\"%s\"] is not byte-level text (only byte-level BPE is supported)",
+          it.key()));
+    }
+    if (id >= bpe.size()) bpe.id_to_bytes_.resize(id + 1);
+    bpe.id_to_bytes_[id] = bytes;
+    bpe.bytes_to_id_[bytes] = static_cast<int32_t>(id);
+  }
+  for (int b = 0; b < 256; ++b) bpe.byte_id_[b] = bpe.TokenId(std::string(1, static_cast<char>(b)));
+  const json& merges = model.at("merges");
+  std::string left, right;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ', 1);
+      if (space == std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("model.merges[%d] \"%s\" is not \"a b\"", rank, s));
+      }
+      a = s.substr(0, space);
+      b = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2) {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.merges[%d] is neither \"a b\" nor [a, b]", rank));
+    }
+    if (!ByteLevelToBytes(a, &left) || !ByteLevelToBytes(b, &right)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.merges[%d] is not byte-level text", rank));
+    }
+    const int32_t ia = bpe.TokenId(left), ib = bpe.TokenId(right), im = bpe.TokenId(left + right);
+    if (ia < 0 || ib < 0 || im < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "model.merges[%d] (%s %s): a part or the merged token is not in model.vocab", rank, a,
+          b));
+    }
+    // A repeated pair keeps its last rank, as the Hugging Face loader (a map collect) does.
+    bpe.merges_[PairKey(ia, ib)] = Merge{static_cast<int32_t>(rank), im};
+  }
+  return bpe;
+}
+
+absl::string_view BytePairEncoding::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= size()) return {};
+  return id_to_bytes_[id];
+}
+
+int32_t BytePairEncoding::TokenId(absl::string_view bytes) const {
+  auto it = bytes_to_id_.find(bytes);
+  return it == bytes_to_id_.end() ? -1 : it->second;
+}
+
+void BytePairEncoding::Encode(absl::string_view word, std::vector<int32_t>* out,
+                              BpeCache* cache) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    const int32_t id = TokenId(word);
+    if (id >= 0) {
+      out->push_back(id);
+      return;
+    }
+  }
+  if (word.size() == 1) {
+    const int32_t id = byte_id_[static_cast<uint8_t>(word[0])];
+    if (id >= 0) out->push_back(id);
+    return;
+  }
+  if (cache != nullptr) {
+    if (const std::vector<int32_t>* hit = cache->Find(word)) {
+      out->insert(out->end(), hit->begin(), hit->end());
+      return;
+    }
+  }
+  const size_t before = out->size();
+  MergeWord(word, out);
+  if (cache != nullptr && word.size() < 256) {
+    cache->Insert(word, std::vector<int32_t>(out->begin() + before, out->end()));
+  }
+}
+
+// Hugging Face's Word::merge_all: a heap of (rank, position) candidate merges; a popped
+// candidate is dropped if its left symbol is gone or the pair there changed since.
+void BytePairEncoding::MergeWord(absl::string_view word, std::vector<int32_t>* out) const {
+  struct Symbol {
+    int32_t id;
+    int32_t prev, next;
+    bool alive;
+  };
+  std::vector<Symbol> sym;
+  sym.reserve(word.size());
+  for (unsigned char c : word) {
+    const int32_t id = byte_id_[c];
+    if (id < 0) continue;  // no entry and no unk token: the byte is dropped
+    const int32_t n = static_cast<int32_t>(sym.size());
+    sym.push_back(Symbol{id, n - 1, n + 1, true});
+  }
+  if (sym.empty()) return;
+  sym.back().next = -1;
+  struct Candidate {
+    int32_t rank, pos, id;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](int32_t pos) {
+    if (pos < 0 || sym[pos].next < 0) return;
+    auto it = merges_.find(PairKey(sym[pos].id, sym[sym[pos].next].id));
+    if (it != merges_.end()) heap.push(Candidate{it->second.rank, pos, it->second.id});
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) push(i);
+  while (!heap.empty()) {
+    const Candidate top = heap.top();
+    heap.pop();
+    Symbol& left = sym[top.pos];
+    if (!left.alive || left.next < 0) continue;
+    auto it = merges_.find(PairKey(left.id, sym[left.next].id));
+    if (it == merges_.end() || it->second.id != top.id) continue;
+    Symbol& right = sym[left.next];
+    left.id = top.id;
+    right.alive = false;
+    left.next = right.next;
+    if (right.next >= 0) sym[right.next].prev = top.pos;
+    push(left.prev);
+    push(top.pos);
+  }
+  for (int32_t i = 0; i >= 0; i = sym[i].next) out->push_back(sym[i].id);
+}
+
+}  // namespace slidedp

@@ -1,0 +1,313 @@
+// Tokenizer: see tokenizer.h.
+#include "runtime/data/tokenizer/tokenizer.h"
+
+#include <utf8proc.h>
+
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace slidedp {
+namespace {
+
+using nlohmann::json;
+
+bool IsWhiteSpace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
+}
+
+// Rust's `char::is_alphanumeric() || c == '_'`, the word test of single_word tokens.
+bool IsWordChar(char32_t c) {
+  if (c == '_') return true;
+  const utf8proc_category_t cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  switch (cat) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The code point that ends just before byte `end` of `s`.
+char32_t PrevCodePoint(absl::string_view s, size_t end, size_t* start) {
+  size_t i = end;
+  do {
+    --i;
+  } while (i > 0 && (static_cast<uint8_t>(s[i]) & 0xC0) == 0x80);
+  *start = i;
+  size_t j = i;
+  return NextCodePoint(s, &j);
+}
+
+uint64_t Fnv1a(absl::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+absl::Status Invalid(const std::string& source, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+}
+
+// NFC, or nothing: the normalizers Qwen2 and Llama 3 use.
+absl::StatusOr<bool> ParseNormalizer(const json& n) {
+  if (n.is_null()) return false;
+  const std::string type = n.value("type", "");
+  if (type == "NFC") return true;
+  if (type == "Sequence") {
+    bool nfc = false;
+    for (const json& step : n.at("normalizers")) {
+      absl::StatusOr<bool> s = ParseNormalizer(step);
+      if (!s.ok()) return s;
+      nfc = nfc || *s;
+    }
+    return nfc;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("normalizer type \"%s\" is not supported (null, NFC)", type));
+}
+
+}  // namespace
+
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  std::string file = path;
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) file = path + "/tokenizer.json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot open the tokenizer"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return FromJson(text.str(), file);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view json_text,
+                                                               const std::string& source) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  t->source_ = source;
+  t->fingerprint_ = Fnv1a(json_text);
+  absl::Status s = t->Parse(json_text);
+  if (!s.ok()) return s;
+  return t;
+}
+
+absl::Status Tokenizer::Parse(absl::string_view json_text) {
+  json j;
+  try {
+    j = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::exception& e) {
+    return Invalid(source_, absl::StrCat("not valid JSON (", e.what(), ")"));
+  }
+  try {
+    absl::StatusOr<bool> nfc = ParseNormalizer(j.value("normalizer", json()));
+    if (!nfc.ok()) return Invalid(source_, std::string(nfc.status().message()));
+    nfc_ = *nfc;
+
+    absl::StatusOr<std::unique_ptr<PreTokenizer>> pre =
+        PreTokenizer::FromJson(j.value("pre_tokenizer", json()));
+    if (!pre.ok()) return Invalid(source_, std::string(pre.status().message()));
+    pre_ = *std::move(pre);
+    if (!pre_->has_byte_level()) {
+      return Invalid(source_, "pre_tokenizer has no ByteLevel step (only byte-level BPE is supported)");
+    }
+
+    absl::StatusOr<BytePairEncoding> bpe = BytePairEncoding::FromJson(j.at("model"));
+    if (!bpe.ok()) return Invalid(source_, std::string(bpe.status().message()));
+    bpe_ = std::make_unique<BytePairEncoding>(*std::move(bpe));
+    vocab_size_ = bpe_->size();
+
+    for (const json& a : j.value("added_tokens", json::array())) {
+      AddedToken t;
+      t.content = a.at("content").get<std::string>();
+      t.id = a.at("id").get<int32_t>();
+      t.special = a.value("special", false);
+      t.lstrip = a.value("lstrip", false);
+      t.rstrip = a.value("rstrip", false);
+      t.single_word = a.value("single_word", false);
+      t.normalized = a.value("normalized", !t.special);
+      if (t.content.empty() || t.id < 0) {
+        return Invalid(source_, absl::StrFormat("added_tokens: entry id %d is empty or negative", t.id));
+      }
+      any_normalized_added_ = any_normalized_added_ || t.normalized;
+      first_byte_[t.normalized][static_cast<uint8_t>(t.content[0])] = true;
+      vocab_size_ = std::max<int64_t>(vocab_size_, int64_t{t.id} + 1);
+      added_.push_back(std::move(t));
+    }
+
+    std::vector<const json*> processors;
+    const json post = j.value("post_processor", json());
+    if (!post.is_null()) processors.push_back(&post);
+    for (size_t i = 0; i < processors.size(); ++i) {
+      const json& p = *processors[i];
+      const std::string type = p.value("type", "");
+      if (type == "Sequence") {
+        for (const json& q : p.at("processors")) processors.push_back(&q);
+      } else if (type == "TemplateProcessing") {
+        bool seen_a = false;
+        for (const json& item : p.at("single")) {
+          if (item.contains("Sequence")) {
+            seen_a = true;
+            continue;
+          }
+          const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+          const json& special = p.at("special_tokens").at(name);
+          for (const json& id : special.at("ids")) {
+            (seen_a ? suffix_ids_ : prefix_ids_).push_back(id.get<int32_t>());
+          }
+        }
+      } else if (type != "ByteLevel") {
+        return Invalid(source_, absl::StrFormat(
+            "post_processor type \"%s\" is not supported (TemplateProcessing, ByteLevel, Sequence)",
+            type));
+      }
+    }
+  } catch (const json::exception& e) {
+    return Invalid(source_, absl::StrCat("unexpected structure (", e.what(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+void Tokenizer::SplitAdded(absl::string_view text, bool normalized, std::vector<Piece>* out) const {
+  size_t gap = 0;  // start of the text not yet emitted
+  size_t pos = 0;
+  const bool* first = first_byte_[normalized];
+  while (pos < text.size()) {
+    if (!first[static_cast<uint8_t>(text[pos])]) {
+      ++pos;
+      continue;
+    }
+    const AddedToken* best = nullptr;
+    for (const AddedToken& t : added_) {
+      if (t.normalized != normalized || t.content.size() <= (best ? best->content.size() : 0)) {
+        continue;
+      }
+      if (text.compare(pos, t.content.size(), t.content) == 0) best = &t;
+    }
+    if (best == nullptr) {
+      ++pos;
+      continue;
+    }
+    size_t start = pos, end = pos + best->content.size();
+    if (best->single_word) {
+      size_t unused = 0, k = end;
+      const bool left_ok = start == 0 || !IsWordChar(PrevCodePoint(text, start, &unused));
+      const bool right_ok = end == text.size() || !IsWordChar(NextCodePoint(text, &k));
+      if (!left_ok || !right_ok) {
+        pos = end;  // non-overlapping matches: continue after this one
+        continue;
+      }
+    }
+    if (best->lstrip) {
+      size_t prev = 0;
+      while (start > gap && IsWhiteSpace(PrevCodePoint(text, start, &prev))) start = prev;
+    }
+    if (best->rstrip) {
+      size_t k = end;
+      while (k < text.size() && IsWhiteSpace(NextCodePoint(text, &k))) end = k;
+    }
+    if (start > gap) out->push_back(Piece{text.substr(gap, start - gap), -1});
+    out->push_back(Piece{text.substr(start, end - start), best->id});
+    gap = pos = end;
+  }
+  if (gap < text.size()) out->push_back(Piece{text.substr(gap), -1});
+}
+
+bool Tokenizer::Normalize(absl::string_view text, std::string* out) const {
+  if (!nfc_) return false;
+  bool ascii = true;
+  for (unsigned char c : text) ascii = ascii && c < 0x80;
+  if (ascii) return false;
+  utf8proc_uint8_t* mapped = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &mapped,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return false;  // not valid UTF-8: left as it is
+  out->assign(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
+  std::free(mapped);
+  return true;
+}
+
+void Tokenizer::EncodeText(absl::string_view text, std::vector<int32_t>* out,
+                           BpeCache* cache) const {
+  std::vector<absl::string_view> words;
+  std::deque<std::string> scratch;
+  pre_->Split(text, &words, &scratch);
+  for (absl::string_view w : words) bpe_->Encode(w, out, cache);
+}
+
+void Tokenizer::Encode(absl::string_view text, bool add_special_tokens, std::vector<int32_t>* out,
+                       BpeCache* cache) const {
+  if (add_special_tokens) out->insert(out->end(), prefix_ids_.begin(), prefix_ids_.end());
+  std::vector<Piece> raw;
+  SplitAdded(text, /*normalized=*/false, &raw);
+  std::string normalized;
+  std::vector<Piece> inner;
+  for (const Piece& p : raw) {
+    if (p.added_id >= 0) {
+      out->push_back(p.added_id);
+      continue;
+    }
+    absl::string_view body = Normalize(p.text, &normalized) ? absl::string_view(normalized) : p.text;
+    if (!any_normalized_added_) {
+      EncodeText(body, out, cache);
+      continue;
+    }
+    inner.clear();
+    SplitAdded(body, /*normalized=*/true, &inner);
+    for (const Piece& q : inner) {
+      if (q.added_id >= 0) {
+        out->push_back(q.added_id);
+      } else {
+        EncodeText(q.text, out, cache);
+      }
+    }
+  }
+  if (add_special_tokens) out->insert(out->end(), suffix_ids_.begin(), suffix_ids_.end());
+}
+
+std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool add_special_tokens) const {
+  std::vector<int32_t> ids;
+  BpeCache cache(1024);
+  Encode(text, add_special_tokens, &ids, &cache);
+  return ids;
+}
+
+std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const {
+  std::string text;
+  for (int32_t id : ids) {
+    const AddedToken* added = nullptr;
+    for (const AddedToken& t : added_) {
+      if (t.id == id) added = &t;
+    }
+    if (added != nullptr) {
+      if (!(skip_special_tokens && added->special)) text += added->content;
+    } else {
+      absl::string_view b = bpe_->TokenBytes(id);
+      text.append(b.data(), b.size());
+    }
+  }
+  return text;
+}
+
+std::optional<int32_t> Tokenizer::TokenId(absl::string_view token) const {
+  for (const AddedToken& t : added_) {
+    if (t.content == token) return t.id;
+  }
+  const int32_t id = bpe_->TokenId(token);
+  if (id >= 0) return id;
+  return std::nullopt;
+}
+
+}  // namespace slidedp
