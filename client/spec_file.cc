@@ -113,7 +113,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_vi
   v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  const auto status = google::protobuf::util::JsonStringToMessage(json->dump(), &spec, options);
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      json->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), &spec, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message().as_string()));
   }

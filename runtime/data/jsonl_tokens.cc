@@ -19,7 +19,7 @@ absl::Status LineError(const std::string& source, int64_t line, const std::strin
 absl::StatusOr<json> ParseLine(absl::string_view text, const std::string& source, int64_t line) {
   try {
     return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for huge numbers
     return LineError(source, line, absl::StrCat("not valid JSON (", e.what(), ")"));
   }
 }
