@@ -32,6 +32,11 @@ torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 export PATH="$prefix/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LIBRARY_PATH="$lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+# NCCL comes with PyTorch (the nvidia-nccl wheel) when the toolkit has none.
+if [[ -z "${NCCL_HOME:-}" ]]; then
+  NCCL_HOME="$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)"
+  export NCCL_HOME
+fi
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DSLIDEDP_BUILD_SERVER="$server" \

@@ -56,6 +56,7 @@ void VisitFields(PolicyConfig& p, V& v) {
   v.Field("activations", p.activations);
   v.Field("loss_chunk_tokens", p.loss_chunk_tokens);
   v.Field("update_threads", p.update_threads);
+  v.Field("grad_landing", p.grad_landing);
 }
 
 template <typename V>
@@ -79,6 +80,8 @@ void VisitFields(TrainConfig& c, V& v) {
   v.Field("output_dir", c.output_dir);
   v.Section("policy", c.policy);
   v.Field("log_every", c.log_every);
+  v.Field("trace_file", c.trace_file);
+  v.Field("collective_timeout_seconds", c.collective_timeout_seconds);
 }
 
 // Every field's full name ("optimizer.lr"), sections included.
@@ -435,6 +438,7 @@ Check CheckPolicy(const PolicyConfig& p) {
   }
   if (Check c = OneOf("policy.activations", p.activations, {"device", "host"})) return c;
   if (Check c = AtLeast<int64_t>("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1)) return c;
+  if (Check c = OneOf("policy.grad_landing", p.grad_landing, {"auto", "fp32", "bf16"})) return c;
   return InRange("policy.update_threads", p.update_threads, 0, 1024);
 }
 
@@ -465,6 +469,10 @@ Check CheckRun(const TrainConfig& c) {
   }
   if (Check p = AtLeast("keep_checkpoints", c.keep_checkpoints, 1)) return p;
   if (Check p = AtLeast("max_bad_steps", c.max_bad_steps, 1)) return p;
+  if (Check p = Real("collective_timeout_seconds", c.collective_timeout_seconds,
+                     c.collective_timeout_seconds > 0 && std::isfinite(c.collective_timeout_seconds), "> 0")) {
+    return p;
+  }
   return AtLeast<int64_t>("log_every", c.log_every, 1);
 }
 

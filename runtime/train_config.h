@@ -42,6 +42,11 @@ struct PolicyConfig {
   std::string activations = "device";       // device | host
   int64_t loss_chunk_tokens = 1024;         // sequence positions per LM-head chunk
   int update_threads = 0;                   // CPU AdamW threads, 0: all cores
+  // Where gradients land in host memory: "fp32" (a 4-byte buffer per parameter),
+  // "bf16" (in the streamed bf16 copy: 14 bytes per parameter in all, needs bf16
+  // compute and a route whose devices reduce, i.e. not gather_host with several
+  // workers), "auto" (bf16 on cuda where allowed, else fp32).
+  std::string grad_landing = "auto";
 };
 
 struct TrainConfig {
@@ -67,6 +72,8 @@ struct TrainConfig {
   std::string output_dir;         // empty: no export
   PolicyConfig policy;
   int64_t log_every = 1;
+  double collective_timeout_seconds = 600;  // a GPU collective not done by then fails the job
+  std::string trace_file;         // non-empty: write a Chrome-trace JSON of every step there
 
   int64_t global_batch_sequences() const { return micro_batch_size * grad_accum * workers; }
   int64_t tokens_per_step() const { return global_batch_sequences() * seq_len; }

@@ -6,10 +6,13 @@
 
 namespace slidedp {
 
+int64_t SliceLength(int64_t n, int world) { return (n + world - 1) / world; }
+
 std::pair<int64_t, int64_t> SliceOf(int64_t n, int world, int rank) {
-  const int64_t base = n / world, extra = n % world;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  return {begin, begin + base + (rank < extra ? 1 : 0)};
+  // Equal slices of ceil(n / world), the last ones short or empty: NCCL's all-gather and
+  // reduce-scatter move equal counts per rank over a buffer padded to world * slice.
+  const int64_t slice = SliceLength(n, world);
+  return {std::min(n, rank * slice), std::min(n, (rank + 1) * slice)};
 }
 
 HostCommunicator::HostCommunicator(int world) : world_(world), posted_(world) {}

@@ -14,7 +14,9 @@
 
 namespace slidedp {
 
-// The [begin, end) range of `n` elements that rank `rank` of `world` owns.
+// The [begin, end) range of `n` elements that rank `rank` of `world` owns: slices of
+// SliceLength(n, world) = ceil(n / world) elements, the last ones short or empty.
+int64_t SliceLength(int64_t n, int world);
 std::pair<int64_t, int64_t> SliceOf(int64_t n, int world, int rank);
 
 class Communicator {

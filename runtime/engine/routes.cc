@@ -1,4 +1,5 @@
-// Routes on the CPU device (copies and host reductions); see routes.h.
+// Routes over a worker's streams; see routes.h. On the CPU device every stream is the
+// calling thread and every copy is done when issued, so the same code is synchronous.
 #include "runtime/engine/routes.h"
 
 #include "absl/status/status.h"
@@ -9,14 +10,8 @@ namespace {
 
 int64_t Bytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// Squared norm of a landed host gradient, on the shared AdamW pool (all cores).
-double HostSumSquares(const at::Tensor& t) {
-  return SumSquares(t.data_ptr<float>(), t.numel(), /*threads=*/0);
-}
-
-// The device gradient in fp32, so that the copy down lands in the host's dtype with
-// no conversion on the CPU.
-at::Tensor Fp32(const at::Tensor& grad) { return grad.to(at::kFloat); }
+// Copies are asynchronous (on the current stream) between pinned host memory and a GPU.
+bool Async(const at::Tensor& host, const at::Tensor& dev) { return host.is_pinned() && dev.is_cuda(); }
 
 }  // namespace
 
@@ -35,87 +30,160 @@ absl::StatusOr<GradRoute> ParseGradRoute(const std::string& name) {
                                     "' (gather_host, reduce_scatter, reduce_one)");
 }
 
-RouteShared::RouteShared(int world, int64_t max_unit_numel, bool pin)
-    : comm(world), partial_sumsq(world, 0.0) {
-  // Rank 0 lands straight in the host state's gradient; the others need a buffer.
-  landing.resize(world);
-  for (int r = 1; r < world; ++r) {
-    landing[r] = at::empty({max_unit_numel}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin));
+bool DeviceReducesGradient(GradRoute route, int world) {
+  return world == 1 || route != GradRoute::kGatherHost;
+}
+
+RouteShared::RouteShared(int w, int64_t max_unit_numel, int units, bool pin, bool host_sum,
+                         std::unique_ptr<Communicator> device_comm)
+    : world(w), comm(std::move(device_comm)), land_comm(w), partial_sumsq(w, 0.0),
+      arrived(units, 0), sumsq(static_cast<size_t>(units) * w, 0.0) {
+  if (host_sum) {
+    for (int r = 0; r < w; ++r) {
+      landing.push_back(at::empty({max_unit_numel}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin)));
+    }
   }
 }
 
-at::Tensor FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState& state, int u,
-                     const at::Device& device, TransferCounters& counters) {
+Event FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState& state, int u,
+                at::Tensor slot, DeviceStreams& streams, const Event& slot_free,
+                TransferCounters& counters) {
   const at::Tensor& host = state.unit(u).params;
-  at::Tensor slot = at::empty({host.numel()}, host.options().device(device).pinned_memory(false));
-  // From pinned memory the copy is asynchronous on the device's stream. The host copy is
-  // not rewritten before it has run: the unit's update waits for its gradient, which
-  // the same stream produces after this copy.
-  const bool async = host.is_pinned() && device.is_cuda();
-  if (route == ParamRoute::kReplicate) {
+  const bool async = Async(host, slot);
+  streams.Wait(StreamKind::kH2D, slot_free);
+  if (route == ParamRoute::kReplicate || shared.world == 1) {
+    // Each worker copies the whole unit over its own link, chunk by chunk.
+    auto use = streams.Use(StreamKind::kH2D);
     for (const Chunk& c : state.chunks(u)) {
       if (c.end > c.begin) slot.narrow(0, c.begin, c.end - c.begin).copy_(host.narrow(0, c.begin, c.end - c.begin), async);
     }
     counters.h2d_bytes += Bytes(host);
-    return slot;
+    return streams.Record(StreamKind::kH2D);
   }
   // scatter_allgather: this rank copies its 1/W, the all-gather brings the rest.
-  auto [b, e] = SliceOf(host.numel(), shared.comm.world(), rank);
-  if (e > b) slot.narrow(0, b, e - b).copy_(host.narrow(0, b, e - b), async);
+  auto [b, e] = SliceOf(host.numel(), shared.world, rank);
+  {
+    auto use = streams.Use(StreamKind::kH2D);
+    if (e > b) slot.narrow(0, b, e - b).copy_(host.narrow(0, b, e - b), async);
+  }
   counters.h2d_bytes += (e - b) * static_cast<int64_t>(host.element_size());
-  shared.comm.AllGather(rank, slot);
-  return slot;
+  streams.Wait(StreamKind::kCollective, streams.Record(StreamKind::kH2D));
+  {
+    auto use = streams.Use(StreamKind::kCollective);
+    shared.comm->AllGather(rank, slot);
+  }
+  return streams.Record(StreamKind::kCollective);
 }
 
-void ReduceUnitGrad(GradRoute route, int rank, RouteShared& shared, HostState& state, int u,
-                    int64_t step, const at::Tensor& grad, UpdatePipeline& pipeline,
-                    TransferCounters& counters) {
-  at::Tensor host_grad = state.unit(u).grad;
-  const int64_t n = host_grad.numel();
-  const int world = shared.comm.world();
-  switch (route) {
-    case GradRoute::kGatherHost: {
-      // Each worker copies its whole gradient down; the CPU sums the W buffers, each
-      // rank's thread summing its slice of them.
-      at::Tensor mine = rank == 0 ? host_grad : shared.landing[rank].narrow(0, 0, n);
-      mine.copy_(Fp32(grad));
-      counters.d2h_bytes += Bytes(mine);
-      shared.comm.Barrier(rank);
-      auto [b, e] = SliceOf(n, world, rank);
-      at::Tensor out = host_grad.narrow(0, b, e - b);
-      for (int r = 1; r < world; ++r) out.add_(shared.landing[r].narrow(0, b, e - b));
-      shared.partial_sumsq[rank] = HostSumSquares(out);
-      break;
-    }
-    case GradRoute::kReduceScatter: {
-      // The collective sums on the devices; each worker copies down 1/W of the sum.
-      auto [b, e] = SliceOf(n, world, rank);
-      at::Tensor slice = at::empty({e - b}, grad.options().dtype(at::kFloat));
-      shared.comm.ReduceScatter(rank, grad, slice);
-      host_grad.narrow(0, b, e - b).copy_(slice);
-      counters.d2h_bytes += Bytes(slice);
-      shared.partial_sumsq[rank] = HostSumSquares(host_grad.narrow(0, b, e - b));
-      break;
-    }
-    case GradRoute::kReduceOne: {
-      // The collective sums onto rank 0, which copies the whole sum down.
-      at::Tensor sum = rank == 0 ? at::empty({n}, grad.options().dtype(at::kFloat)) : at::Tensor();
-      shared.comm.Reduce(rank, grad, sum, /*root=*/0);
-      if (rank == 0) {
-        host_grad.copy_(sum);
-        counters.d2h_bytes += Bytes(sum);
-        pipeline.GradLanded(u, step, HostSumSquares(host_grad));
+Landing IssueGradLanding(GradRoute route, int rank, RouteShared& shared, HostState& state, int u,
+                         int64_t step, const at::Tensor& grad, const Event& ready,
+                         LandingBuffers& bufs, DeviceStreams& streams, TransferCounters& counters) {
+  Landing l;
+  l.unit = u;
+  l.step = step;
+  const int world = shared.world;
+  const int64_t n = grad.numel();
+  UnitState& hs = state.unit(u);
+  if (!DeviceReducesGradient(route, world)) {
+    // gather_host: every worker copies its whole fp32 gradient down; the landing
+    // threads sum the W buffers.
+    streams.Wait(StreamKind::kD2H, ready);
+    auto use = streams.Use(StreamKind::kD2H);
+    at::Tensor dst = shared.landing[rank].narrow(0, 0, n);
+    dst.copy_(grad, Async(dst, grad));
+    counters.d2h_bytes += Bytes(dst);
+    l.copied = streams.Record(StreamKind::kD2H);
+    return l;
+  }
+  // The device holds the reduced gradient, or this rank's slice [b, e) of it.
+  at::Tensor values = grad;
+  int64_t b = 0, e = n;
+  StreamKind on = StreamKind::kCompute;
+  if (world > 1) {
+    on = StreamKind::kCollective;
+    streams.Wait(on, ready);
+    auto use = streams.Use(on);
+    if (route == GradRoute::kReduceScatter) {
+      std::tie(b, e) = SliceOf(n, world, rank);
+      values = bufs.slice.narrow(0, 0, e - b);
+      shared.comm->ReduceScatter(rank, grad, values);
+    } else {  // reduce_one: the sum on rank 0, which copies it down
+      at::Tensor out = rank == 0 ? bufs.reduced.narrow(0, 0, n) : at::Tensor();
+      shared.comm->Reduce(rank, grad, out, /*root=*/0);
+      if (rank != 0) {
+        l.lands = false;
+        l.copied = streams.Record(on);
+        return l;
       }
-      return;
+      values = out;
     }
   }
-  // gather_host and reduce_scatter: rank 0 totals the partial norms once all are in.
-  shared.comm.Barrier(rank);
-  if (rank == 0) {
-    double total = 0.0;
-    for (double s : shared.partial_sumsq) total += s;
-    pipeline.GradLanded(u, step, total);
+  const bool fp32 = state.fp32_grad();
+  {
+    // The squared norm on the device, in fp64, before any rounding to bf16.
+    auto use = streams.Use(on);
+    at::Tensor norm = at::linalg_vector_norm(values, 2, c10::nullopt, false, at::kDouble);
+    bufs.sumsq_dev.narrow(0, u, 1).copy_(norm.square().reshape({1}));
+    if (!fp32) bufs.down.narrow(0, 0, e - b).copy_(values);
   }
+  streams.Wait(StreamKind::kD2H, streams.Record(on));
+  {
+    auto use = streams.Use(StreamKind::kD2H);
+    at::Tensor dst = fp32 ? hs.grad.narrow(0, b, e - b) : hs.params.narrow(0, b, e - b);
+    at::Tensor src = fp32 ? values : bufs.down.narrow(0, 0, e - b);
+    dst.copy_(src, Async(dst, src));
+    bufs.sumsq_host.narrow(0, u, 1).copy_(bufs.sumsq_dev.narrow(0, u, 1), Async(bufs.sumsq_host, bufs.sumsq_dev));
+    counters.d2h_bytes += Bytes(dst);
+  }
+  l.copied = streams.Record(StreamKind::kD2H);
+  return l;
+}
+
+absl::Status CompleteGradLanding(GradRoute route, int rank, RouteShared& shared, HostState& state,
+                                 const Landing& l, const LandingBuffers& bufs, DeviceStreams& streams,
+                                 UpdatePipeline& pipeline) {
+  streams.HostWait(l.copied);
+  const int world = shared.world;
+  const int u = l.unit;
+  if (!DeviceReducesGradient(route, world)) {
+    // Each landing thread sums its slice of the W buffers into the host gradient.
+    at::Tensor host_grad = state.unit(u).grad;
+    const int64_t n = host_grad.numel();
+    shared.land_comm.Barrier(rank);
+    auto [b, e] = SliceOf(n, world, rank);
+    if (e > b) {
+      at::Tensor out = host_grad.narrow(0, b, e - b);
+      out.copy_(shared.landing[0].narrow(0, b, e - b));
+      for (int r = 1; r < world; ++r) out.add_(shared.landing[r].narrow(0, b, e - b));
+      shared.partial_sumsq[rank] = SumSquares(out.data_ptr<float>(), e - b, /*threads=*/0);
+    } else {
+      shared.partial_sumsq[rank] = 0.0;
+    }
+    shared.land_comm.Barrier(rank);
+    if (rank == 0) {
+      double total = 0.0;
+      for (double s : shared.partial_sumsq) total += s;
+      pipeline.GradLanded(u, l.step, total);
+    }
+    return absl::OkStatus();
+  }
+  if (!l.lands) return absl::OkStatus();
+  // Partial norms are added in rank order, so the total does not depend on timing.
+  const int expected = route == GradRoute::kReduceScatter ? world : 1;
+  const double part = bufs.sumsq_host.data_ptr<double>()[u];
+  double total = 0.0;
+  bool last = false;
+  {
+    absl::MutexLock lock(&shared.mu);
+    shared.sumsq[static_cast<size_t>(u) * world + rank] = part;
+    if (++shared.arrived[u] == expected) {
+      last = true;
+      shared.arrived[u] = 0;
+      for (int r = 0; r < world; ++r) total += shared.sumsq[static_cast<size_t>(u) * world + r];
+    }
+  }
+  if (last) pipeline.GradLanded(u, l.step, total);
+  return absl::OkStatus();
 }
 
 }  // namespace slidedp

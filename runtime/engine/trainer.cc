@@ -16,7 +16,9 @@
 #include <ATen/Context.h>
 #include "runtime/data/dataset.h"
 #include "runtime/engine/batch_tensors.h"
+#include "runtime/engine/nccl_communicator.h"
 #include "runtime/engine/routes.h"
+#include "runtime/engine/step_trace.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_checkpoint.h"
@@ -88,24 +90,56 @@ std::string TrajectoryMismatch(const TrainConfig& saved, const TrainConfig& now)
   return "";
 }
 
+// Steps recorded in a --trace file.
+constexpr int64_t kTraceSteps = 8;
+
 class EngineTrainer final : public Trainer {
  public:
   EngineTrainer(const TrainConfig& config, const ModelConfig& model, std::unique_ptr<HostState> state,
                 std::unique_ptr<Dataset> data)
-      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)) {
-    const bool cuda = config.device == "cuda";
+      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)) {}
+
+  // Allocates the shared route state, the update pipeline and the workers (device
+  // buffers included): errors such as a GPU out of memory come back here.
+  absl::Status Init() {
+    const bool cuda = config_.device == "cuda";
+    const int W = config_.workers;
     int64_t max_numel = 0;
     for (const UnitLayout& u : state_->layout().units) max_numel = std::max(max_numel, u.numel);
-    shared_ = std::make_unique<RouteShared>(config.workers, max_numel, /*pin=*/cuda);
+    const GradRoute grad_route = *ParseGradRoute(config_.policy.grad_route);
+    std::unique_ptr<Communicator> comm;
+    if (W > 1) {
+      if (cuda) {
+        absl::StatusOr<std::unique_ptr<Communicator>> nccl =
+            CreateNcclCommunicator(W, config_.collective_timeout_seconds);
+        if (!nccl.ok()) return nccl.status();
+        comm = std::move(*nccl);
+      } else {
+        comm = std::make_unique<HostCommunicator>(W);
+      }
+    }
+    shared_ = std::make_unique<RouteShared>(W, max_numel, state_->num_units(), /*pin=*/cuda,
+                                            /*host_sum=*/!DeviceReducesGradient(grad_route, W), std::move(comm));
+    if (!config_.trace_file.empty()) trace_ = std::make_unique<StepTrace>();
     pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
-    for (int w = 0; w < config.workers; ++w) {
+    pipeline_->set_trace(trace_.get());
+    for (int w = 0; w < W; ++w) {
       const at::Device device = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w))
                                      : at::Device(at::kCPU);
-      workers_.push_back(std::make_unique<Worker>(w, config_, state_.get(), pipeline_.get(),
-                                                  shared_.get(), device));
+      absl::StatusOr<std::unique_ptr<Worker>> worker =
+          Worker::Create(w, config_, state_.get(), pipeline_.get(), shared_.get(), device, trace_.get());
+      if (!worker.ok()) {
+        return absl::Status(worker.status().code(),
+                            absl::StrCat("worker ", w, " (", device.str(), "): ", worker.status().message()));
+      }
+      workers_.push_back(std::move(*worker));
     }
+    return absl::OkStatus();
   }
-  ~EngineTrainer() override { pipeline_.reset(); }
+  ~EngineTrainer() override {
+    workers_.clear();
+    pipeline_.reset();
+  }
 
   absl::StatusOr<StepStats> Step() override;
   absl::Status Drain() override {
@@ -146,6 +180,7 @@ class EngineTrainer final : public Trainer {
   std::unique_ptr<HostState> state_;
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<RouteShared> shared_;
+  std::unique_ptr<StepTrace> trace_;
   std::unique_ptr<UpdatePipeline> pipeline_;
   std::vector<std::unique_ptr<Worker>> workers_;
   int64_t step_ = 0;
@@ -271,23 +306,37 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
   const double lr = LearningRate(config_.optimizer, step_, config_.steps);
   pipeline_->BeginStep(step_, lr);
 
-  std::vector<WorkerStepResult> results(workers_.size());
+  std::vector<absl::StatusOr<WorkerStepResult>> results(workers_.size());
   std::vector<std::thread> threads;
   for (size_t w = 0; w < workers_.size(); ++w) {
     threads.emplace_back([&, w] { results[w] = workers_[w]->RunStep(step_, parts[w], inv_tokens); });
   }
   for (std::thread& t : threads) t.join();
+  for (size_t w = 0; w < results.size(); ++w) {
+    if (!results[w].ok()) {
+      return absl::Status(results[w].status().code(),
+                          absl::StrCat("step ", step_ + 1, ", worker ", w, ": ", results[w].status().message()));
+    }
+  }
 
   const StepUpdateSummary u = pipeline_->Summary(step_);
   StepStats s;
   s.step = ++step_;
-  for (const WorkerStepResult& r : results) {
+  for (const absl::StatusOr<WorkerStepResult>& res : results) {
+    const WorkerStepResult& r = *res;
     s.loss += r.loss_sum;
     s.forward_seconds += r.forward_seconds;
     s.backward_seconds += r.backward_seconds;
     s.update_wait_seconds += r.wait_seconds;
     s.h2d_bytes += r.transfers.h2d_bytes;
     s.d2h_bytes += r.transfers.d2h_bytes;
+    WorkerDeviceStats d;
+    d.h2d_bytes = r.transfers.h2d_bytes;
+    d.d2h_bytes = r.transfers.d2h_bytes;
+    d.memory_allocated_bytes = r.memory_allocated_bytes;
+    d.memory_peak_bytes = r.memory_peak_bytes;
+    d.memory_total_bytes = r.memory_total_bytes;
+    s.workers.push_back(d);
   }
   s.grad_norm = u.grad_norm;
   s.lr = lr;
@@ -296,6 +345,10 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
   s.update_busy_seconds = pipeline_->TakeBusySeconds();
   s.step_seconds = MonotonicSeconds() - t0;
   s.tokens_per_second = s.step_seconds > 0 ? tokens / s.step_seconds : 0.0;
+  if (trace_ != nullptr && step_ <= kTraceSteps) {
+    // The first steps only, rewritten after each, so a long job's trace stays small.
+    if (absl::Status w = trace_->Write(config_.trace_file); !w.ok()) return w;
+  }
   if (absl::Status st = AfterStep(u, s); !st.ok()) return st;
   return s;
 }
@@ -317,7 +370,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
   if (!model.ok()) return model.status();
   // GPUs compute in bf16 (fp32 master weights stay on the host); the CPU device as asked.
   const at::ScalarType dtype = cuda || config.compute_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  auto state = std::make_unique<HostState>(*model, dtype, config.policy.chunk_elems, /*pin=*/cuda);
+  // Gradients land in bf16 in the streamed copy (14 bytes a parameter) unless asked
+  // otherwise or unless the host must sum several workers' gradients.
+  const GradRoute grad_route = *ParseGradRoute(config.policy.grad_route);
+  const bool device_reduces = DeviceReducesGradient(grad_route, config.workers);
+  bool bf16_landing = config.policy.grad_landing == "bf16" || (config.policy.grad_landing == "auto" && cuda && device_reduces);
+  if (bf16_landing && dtype != at::kBFloat16) {
+    return absl::InvalidArgumentError("policy.grad_landing: bf16 needs bf16 compute (compute_dtype: bf16, or device: cuda)");
+  }
+  if (bf16_landing && !device_reduces) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy.grad_landing: bf16 needs a gradient route whose devices reduce; gather_host with ", config.workers,
+        " workers sums on the host in fp32 (use grad_route: reduce_scatter or reduce_one, or grad_landing: fp32)"));
+  }
+  auto state = std::make_unique<HostState>(*model, dtype, config.policy.chunk_elems, /*pin=*/cuda,
+                                           /*fp32_grad=*/!bf16_landing);
   if (!config.resume_from.empty()) {
     // Every buffer comes from the checkpoint below.
   } else if (from_dir) {
@@ -329,6 +396,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
       OpenDataset(config.data, config.seq_len, model->vocab_size, config.seed);
   if (!data.ok()) return data.status();
   auto trainer = std::make_unique<EngineTrainer>(config, *model, std::move(state), std::move(*data));
+  try {
+    if (absl::Status s = trainer->Init(); !s.ok()) return s;
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("setting up the workers: ", e.what()));
+  }
   if (!config.resume_from.empty()) {
     if (absl::Status s = trainer->Restore(config.resume_from); !s.ok()) return s;
   }

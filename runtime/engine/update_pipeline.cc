@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+#include "runtime/engine/step_trace.h"
 #include "runtime/state/adamw.h"
 
 namespace slidedp {
@@ -128,8 +130,16 @@ void UpdatePipeline::Loop() {
       queue_.pop_front();
     }
     const double t0 = MonotonicSeconds();
-    if (!t.skip) Apply(t);
+    if (!t.skip) {
+      Apply(t);
+    } else if (!state_->fp32_grad()) {
+      // The streamed copy holds the discarded gradient: restore the weights.
+      state_->RefreshParams(t.unit, 0, state_->layout().units[t.unit].numel);
+    }
     const double busy = MonotonicSeconds() - t0;
+    if (trace_ != nullptr) {
+      trace_->Add(StepTrace::kHostPid, "update", absl::StrCat("update unit ", t.unit, t.skip ? " (skipped)" : ""), t0, t0 + busy);
+    }
     absl::MutexLock lock(&mu_);
     version_[t.unit] = t.step + 1;
     busy_seconds_ += busy;
@@ -148,19 +158,27 @@ void UpdatePipeline::Apply(const Task& t) {
   h.eps = static_cast<float>(config_.optimizer.eps);
   h.grad_scale = static_cast<float>(t.scale);
   float* p = s.master.data_ptr<float>();
-  const float* g = s.grad.data_ptr<float>();
   float* m = s.m.data_ptr<float>();
   float* v = s.v.data_ptr<float>();
   const int threads = config_.policy.update_threads;
+  // The gradient is fp32 in s.grad, or bf16 in the streamed copy (which the update
+  // then rewrites in the same pass).
+  const bool fp32_grad = s.grad.defined();
+  const float* g = fp32_grad ? s.grad.data_ptr<float>() : nullptr;
+  uint16_t* gp = fp32_grad ? nullptr : static_cast<uint16_t*>(s.params.data_ptr());
   for (const Chunk& c : state_->chunks(t.unit)) {
     // Within a chunk, each parameter's overlapping range gets its own decay setting.
     for (const ParamSpec& ps : layout.params) {
       const int64_t b = std::max(c.begin, ps.offset), e = std::min(c.end, ps.offset + ps.numel);
       if (e <= b) continue;
       h.weight_decay = ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f;
-      AdamWUpdate(h, e - b, p + b, g + b, m + b, v + b, threads);
+      if (fp32_grad) {
+        AdamWUpdate(h, e - b, p + b, g + b, m + b, v + b, threads);
+      } else {
+        AdamWUpdateBf16Grad(h, e - b, p + b, gp + b, m + b, v + b, threads);
+      }
     }
-    state_->RefreshParams(t.unit, c.begin, c.end);
+    if (fp32_grad) state_->RefreshParams(t.unit, c.begin, c.end);
   }
 }
 

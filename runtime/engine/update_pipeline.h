@@ -20,6 +20,8 @@
 
 namespace slidedp {
 
+class StepTrace;
+
 struct StepUpdateSummary {
   double grad_norm = 0.0;   // global L2 norm before clipping
   double clip_scale = 1.0;  // factor applied to the gradients
@@ -58,6 +60,8 @@ class UpdatePipeline {
   // completed steps of which `adam_steps` applied an update.
   int64_t adam_steps();
   void RestoreProgress(int64_t steps, int64_t adam_steps);
+  // Adds a span per unit update to `trace` (may be null). Before the first step.
+  void set_trace(StepTrace* trace) { trace_ = trace; }
 
  private:
   struct Task {
@@ -90,6 +94,7 @@ class UpdatePipeline {
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   double busy_seconds_ ABSL_GUARDED_BY(mu_) = 0.0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  StepTrace* trace_ = nullptr;
   std::thread thread_;
 };
 

@@ -1,9 +1,14 @@
-// Worker: see worker.h. The step loop of one worker reads top to bottom in RunStep.
+// Worker: see worker.h. The step loop of one worker reads top to bottom in Step().
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
 
 #include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
 
+#include <exception>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace slidedp {
 namespace {
@@ -11,10 +16,46 @@ namespace {
 // A leaf that collects the gradient of a unit's flat parameters.
 at::Tensor Leaf(const at::Tensor& slot) { return slot.detach().requires_grad_(true); }
 
+// Adds a leaf's gradient into an fp32 accumulator and clears it, so that micro-batches
+// and loss chunks accumulate in fp32 whatever the compute dtype.
+void Accumulate(at::Tensor& leaf, at::Tensor& acc) {
+  if (!leaf.grad().defined()) return;
+  acc.add_(leaf.grad().reshape({-1}));
+  leaf.mutable_grad().reset();
+}
+
+std::string UnitName(int u, int units) {
+  if (u == 0) return "embed";
+  if (u == units - 1) return "head";
+  return absl::StrCat("block ", u - 1);
+}
+
+absl::Status FromException(const std::exception& e) {
+  const std::string what = e.what();
+  // LibTorch reports a CUDA allocation failure as "CUDA out of memory"; the policy can
+  // shrink the plan and retry on ResourceExhausted.
+  if (absl::StrContains(what, "out of memory")) return absl::ResourceExhaustedError(what);
+  return absl::InternalError(what);
+}
+
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int rank, const TrainConfig& config, HostState* state,
+                                                       UpdatePipeline* pipeline, RouteShared* shared,
+                                                       const at::Device& device, StepTrace* trace) {
+  absl::StatusOr<std::unique_ptr<DeviceStreams>> streams = DeviceStreams::Create(device, trace != nullptr);
+  if (!streams.ok()) return streams.status();
+  try {
+    return std::unique_ptr<Worker>(
+        new Worker(rank, config, state, pipeline, shared, device, std::move(*streams), trace));
+  } catch (const std::exception& e) {
+    return FromException(e);
+  }
+}
+
 Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
-               RouteShared* shared, const at::Device& device)
+               RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
+               StepTrace* trace)
     : rank_(rank),
       config_(config),
       state_(state),
@@ -23,106 +64,266 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       device_(device),
       param_route_(*ParseParamRoute(config.policy.param_route)),
       grad_route_(*ParseGradRoute(config.policy.grad_route)),
-      rope_(MakeRope(state->config(), config.seq_len, device)) {}
+      rope_(MakeRope(state->config(), config.seq_len, device)),
+      streams_(std::move(streams)),
+      trace_(trace),
+      lander_(/*inline_mode=*/!device.is_cuda()) {
+  const ModelLayout& layout = state->layout();
+  const int U = layout.num_units(), head = U - 1;
+  // The fetch schedule: forward 0..L, the head (and the tied table), backward L..1.
+  for (int u = 0; u < head; ++u) schedule_.push_back(u);
+  schedule_.push_back(head);
+  if (layout.units[head].uses_tied_embedding) schedule_.push_back(0);
+  for (int u = head - 1; u >= 1; --u) schedule_.push_back(u);
 
-at::Tensor Worker::Fetch(int u, int64_t step, WorkerStepResult& r) {
-  r.wait_seconds += pipeline_->WaitParamsReady(u, step);
-  return FetchUnit(param_route_, rank_, *shared_, *state_, u, device_, r.transfers);
+  const int W = shared->world;
+  int64_t max_numel = 0, max_rest = 0;
+  for (int u = 0; u < U; ++u) {
+    max_numel = std::max(max_numel, layout.units[u].numel);
+    if (u > 0) max_rest = std::max(max_rest, layout.units[u].numel);
+  }
+  // Buffers hold W equal slices (the collectives move equal counts per rank).
+  auto padded = [&](int64_t n) { return W * SliceLength(std::max<int64_t>(n, 1), W); };
+  const at::TensorOptions on_dev = at::TensorOptions().device(device);
+  // Ring of S = depth + 2 slots: one computing, `depth` in flight, one more for the tied
+  // head, which holds the head and the table at once.
+  const int S = std::max(1, config.policy.prefetch_depth) + 2;
+  for (int s = 0; s < S; ++s) slots_.push_back(at::empty({padded(max_numel)}, on_dev.dtype(state->compute_dtype())));
+  fetched_.resize(S);
+  slot_free_.resize(S);
+  compute_begin_.resize(S);
+  for (int k = 0; k < 2; ++k) gacc_.push_back(at::empty({padded(max_rest)}, on_dev.dtype(at::kFloat)));
+  gacc_free_.resize(2);
+  emb_acc_ = at::empty({padded(layout.units[0].numel)}, on_dev.dtype(at::kFloat));
+  const int64_t sizes[3] = {max_rest, max_rest, layout.units[0].numel};
+  for (int64_t n : sizes) {
+    LandingBuffers b;
+    if (!state->fp32_grad()) b.down = at::empty({padded(n)}, on_dev.dtype(state->compute_dtype()));
+    if (W > 1 && grad_route_ == GradRoute::kReduceScatter) b.slice = at::empty({SliceLength(n, W)}, on_dev.dtype(at::kFloat));
+    if (W > 1 && grad_route_ == GradRoute::kReduceOne && rank == 0) b.reduced = at::empty({n}, on_dev.dtype(at::kFloat));
+    b.sumsq_dev = at::zeros({U}, on_dev.dtype(at::kDouble));
+    b.sumsq_host = at::zeros({U}, at::TensorOptions().dtype(at::kDouble).pinned_memory(device.is_cuda()));
+    land_bufs_.push_back(std::move(b));
+  }
 }
 
-void Worker::Reduce(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r) {
-  ReduceUnitGrad(grad_route_, rank_, *shared_, *state_, u, step, grad, *pipeline_, r.transfers);
+Worker::~Worker() { lander_.WaitIdle().IgnoreError(); }
+
+absl::StatusOr<WorkerStepResult> Worker::RunStep(int64_t step, const WorkerBatch& batch, double inv_tokens) {
+  absl::Status error;
+  WorkerStepResult r;
+  try {
+    r = Step(step, batch, inv_tokens);
+  } catch (const std::exception& e) {
+    error = FromException(e);
+  }
+  // Every landing of the step is complete (or failed) before the step ends.
+  absl::Status landed = lander_.WaitIdle();
+  if (!error.ok()) return error;
+  if (!landed.ok()) return landed;
+  try {
+    for (const PendingSpan& s : spans_) {
+      trace_->Add(rank_, StreamName(s.stream), s.name, origin_host_ + streams_->MillisSinceOrigin(s.begin) / 1e3,
+                  origin_host_ + streams_->MillisSinceOrigin(s.end) / 1e3);
+    }
+    spans_.clear();
+    r.memory_peak_bytes = streams_->MemoryPeak();
+    r.memory_allocated_bytes = streams_->MemoryAllocated();
+    r.memory_total_bytes = streams_->MemoryTotal();
+  } catch (const std::exception& e) {
+    return FromException(e);
+  }
+  return r;
 }
 
-WorkerStepResult Worker::RunStep(int64_t step, const WorkerBatch& batch, double inv_tokens) {
+WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv_tokens) {
   const ModelConfig& cfg = state_->config();
   const ModelLayout& layout = state_->layout();
   const int U = layout.num_units(), head = U - 1;
+  const bool tied = layout.units[head].uses_tied_embedding;
   const size_t MB = batch.inputs.size();
   WorkerStepResult r;
+  // All LibTorch work of this thread runs on the compute stream.
+  const std::unique_ptr<StreamUse> on_compute = streams_->Use(StreamKind::kCompute);
+  streams_->ResetPeak();
+  if (trace_ != nullptr) {
+    streams_->MarkOrigin();
+    origin_host_ = MonotonicSeconds();
+  }
+  const bool cuda = device_.is_cuda();
   std::vector<at::Tensor> ids(MB), targets(MB);
   for (size_t mb = 0; mb < MB; ++mb) {
-    ids[mb] = batch.inputs[mb].to(device_);
-    targets[mb] = batch.targets[mb].to(device_);
+    // Through pinned memory, so that the copies are asynchronous.
+    ids[mb] = (cuda ? batch.inputs[mb].pin_memory() : batch.inputs[mb]).to(device_, /*non_blocking=*/true);
+    targets[mb] = (cuda ? batch.targets[mb].pin_memory() : batch.targets[mb]).to(device_, /*non_blocking=*/true);
   }
+  next_fetch_ = 0;
+  for (int i = 0; i < std::max(1, config_.policy.prefetch_depth); ++i) FetchNext(step, r);
+  int item = 0;
 
   // ---------------- forward, layer-major; keep each unit's input ----------------
+  // Each unit's compute is issued before the next fetch, which may wait for that unit's
+  // CPU update of the previous step.
   double t0 = MonotonicSeconds();
   std::vector<std::vector<at::Tensor>> saved(U, std::vector<at::Tensor>(MB));
   std::vector<at::Tensor> h(MB);
   {
     at::NoGradGuard no_grad;
-    at::Tensor table = ParamView(layout.units[0], Fetch(0, step, r), 0);
+    const at::Tensor table = ParamView(layout.units[0], Acquire(item), 0);
     for (size_t mb = 0; mb < MB; ++mb) h[mb] = EmbeddingForward(table, ids[mb]);
+    Release(item++);
+    FetchNext(step, r);
     for (int u = 1; u < head; ++u) {
-      const BlockParams p = ViewBlock(layout.units[u], Fetch(u, step, r));
+      const BlockParams p = ViewBlock(layout.units[u], Acquire(item));
       for (size_t mb = 0; mb < MB; ++mb) {
         saved[u][mb] = h[mb];
         h[mb] = BlockForward(cfg, p, h[mb], rope_);
       }
+      Release(item++);
+      FetchNext(step, r);
     }
   }
   r.forward_seconds = MonotonicSeconds() - t0;
 
   // ---------------- head: loss and its backward, in sequence chunks ----------------
   t0 = MonotonicSeconds();
-  at::Tensor head_leaf = Leaf(Fetch(head, step, r));
-  at::Tensor table_leaf;  // tied embeddings: the head's weight is unit 0's table
-  if (layout.units[head].uses_tied_embedding) table_leaf = Leaf(Fetch(0, step, r));
+  const int head_item = item++;
+  at::Tensor head_leaf = Leaf(Acquire(head_item));
+  const int table_item = tied ? item++ : -1;
+  at::Tensor table_leaf = tied ? Leaf(Acquire(table_item)) : at::Tensor();  // the head's weight is unit 0's table
+  FetchNext(step, r);
+  if (tied) FetchNext(step, r);
+  at::Tensor head_grad = GradBuffer(head);
+  at::Tensor emb_grad = GradBuffer(0);
   at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   std::vector<at::Tensor> grad_h(MB);
   for (size_t mb = 0; mb < MB; ++mb) {
-    grad_h[mb] = HeadBackward(h[mb], targets[mb], head_leaf, table_leaf, inv_tokens, loss_acc);
+    grad_h[mb] = HeadBackward(h[mb], targets[mb], head_leaf, table_leaf, inv_tokens, loss_acc, head_grad, emb_grad);
     h[mb] = at::Tensor();
   }
-  Reduce(head, step, head_leaf.grad(), r);
+  Release(head_item);
+  if (tied) Release(table_item);
+  Land(head, step, head_grad, r);
 
-  // ---------------- backward, l = L-1..0: recompute, backprop, reduce ----------------
+  // ---------------- backward, l = L-1..1: recompute, backprop, land ----------------
   for (int u = head - 1; u >= 1; --u) {
-    at::Tensor leaf = Leaf(Fetch(u, step, r));
+    const int it = item++;
+    at::Tensor leaf = Leaf(Acquire(it));
+    FetchNext(step, r);
+    at::Tensor grad = GradBuffer(u);
     for (size_t mb = 0; mb < MB; ++mb) {
       at::Tensor x = saved[u][mb].detach().requires_grad_(true);
       at::Tensor y = BlockForward(cfg, ViewBlock(layout.units[u], leaf), x, rope_);
       y.backward(grad_h[mb]);
       grad_h[mb] = x.grad();
       saved[u][mb] = at::Tensor();
+      Accumulate(leaf, grad);
     }
-    Reduce(u, step, leaf.grad(), r);
+    Release(it);
+    Land(u, step, grad, r);
   }
 
   // ---------------- embedding: scatter-add of the input gradient ----------------
-  const UnitLayout& emb = layout.units[0];
-  // Accumulated in fp32: many rows of a bf16 table would otherwise round away.
-  at::Tensor emb_grad = table_leaf.defined() && table_leaf.grad().defined()
-                            ? table_leaf.grad().to(at::kFloat)
-                            : at::zeros({emb.numel}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  at::Tensor table_grad = emb_grad.view(emb.params[0].shape);
+  // In fp32: many rows of a bf16 table would otherwise round away.
+  at::Tensor table_grad = emb_grad.view(layout.units[0].params[0].shape);
   for (size_t mb = 0; mb < MB; ++mb) {
     table_grad.index_add_(0, ids[mb].reshape({-1}), grad_h[mb].reshape({-1, cfg.hidden_size}).to(at::kFloat));
   }
-  Reduce(0, step, emb_grad, r);
+  Land(0, step, emb_grad, r);
   r.backward_seconds = MonotonicSeconds() - t0;
-  r.loss_sum = loss_acc.item<double>();
+  r.loss_sum = loss_acc.item<double>();  // the step's end: waits for the compute stream
   return r;
 }
 
-at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targets,
-                                const at::Tensor& head, const at::Tensor& table, double inv_tokens,
-                                at::Tensor& loss_acc) {
+void Worker::FetchNext(int64_t step, WorkerStepResult& r) {
+  if (next_fetch_ >= static_cast<int>(schedule_.size())) return;
+  const int i = next_fetch_++;
+  const int u = schedule_[i];
+  const int s = i % static_cast<int>(slots_.size());
+  r.wait_seconds += pipeline_->WaitParamsReady(u, step);
+  streams_->Wait(StreamKind::kH2D, slot_free_[s]);
+  const Event begin = trace_ != nullptr ? streams_->Record(StreamKind::kH2D) : Event();
+  at::Tensor slot = slots_[s].narrow(0, 0, state_->layout().units[u].numel);
+  fetched_[s] = FetchUnit(param_route_, rank_, *shared_, *state_, u, slot, *streams_, Event(), r.transfers);
+  Span(StreamKind::kH2D, "fetch " + UnitName(u, state_->num_units()), begin, fetched_[s]);
+}
+
+at::Tensor Worker::Acquire(int item) {
+  const int s = item % static_cast<int>(slots_.size());
+  streams_->Wait(StreamKind::kCompute, fetched_[s]);
+  if (trace_ != nullptr) compute_begin_[s] = streams_->Record(StreamKind::kCompute);
+  return slots_[s].narrow(0, 0, state_->layout().units[schedule_[item]].numel);
+}
+
+void Worker::Release(int item) {
+  const int s = item % static_cast<int>(slots_.size());
+  slot_free_[s] = streams_->Record(StreamKind::kCompute);
+  const int head = state_->num_units() - 1;
+  const char* phase = item < head ? "forward " : "backward ";
+  Span(StreamKind::kCompute, phase + UnitName(schedule_[item], state_->num_units()), compute_begin_[s], slot_free_[s]);
+}
+
+at::Tensor Worker::GradBuffer(int u) {
+  const int64_t n = state_->layout().units[u].numel;
+  at::Tensor g;
+  if (u == 0) {
+    streams_->Wait(StreamKind::kCompute, emb_free_);
+    g = emb_acc_.narrow(0, 0, n);
+  } else {
+    streams_->Wait(StreamKind::kCompute, gacc_free_[next_gacc_]);
+    g = gacc_[next_gacc_].narrow(0, 0, n);
+  }
+  g.zero_();
+  return g;
+}
+
+void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r) {
+  const int k = u == 0 ? 2 : next_gacc_;
+  if (!DeviceReducesGradient(grad_route_, shared_->world)) {
+    // The host sums from one landing buffer per rank: the previous sum must be done.
+    absl::Status s = lander_.WaitIdle();
+    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  }
+  const Event ready = streams_->Record(StreamKind::kCompute);
+  const Landing l = IssueGradLanding(grad_route_, rank_, *shared_, *state_, u, step, grad, ready,
+                                     land_bufs_[k], *streams_, r.transfers);
+  if (u == 0) {
+    emb_free_ = l.copied;
+  } else {
+    gacc_free_[k] = l.copied;
+    next_gacc_ = 1 - k;
+  }
+  Span(StreamKind::kD2H, "land " + UnitName(u, state_->num_units()), ready, l.copied);
+  const LandingBuffers* bufs = &land_bufs_[k];
+  lander_.Push([this, l, bufs] {
+    return CompleteGradLanding(grad_route_, rank_, *shared_, *state_, l, *bufs, *streams_, *pipeline_);
+  });
+}
+
+void Worker::Span(StreamKind k, const std::string& name, const Event& begin, const Event& end) {
+  if (trace_ != nullptr && streams_->is_cuda()) spans_.push_back({k, name, begin, end});
+}
+
+at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
+                                const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc,
+                                at::Tensor& head_grad, at::Tensor& table_grad) {
   const ModelConfig& cfg = state_->config();
   const int64_t T = hidden.size(1);
   const int64_t chunk = std::max<int64_t>(1, config_.policy.loss_chunk_tokens / std::max<int64_t>(1, hidden.size(0)));
   at::Tensor grad = at::empty_like(hidden);
+  at::Tensor head_leaf = head, table_leaf = table;
   for (int64_t t = 0; t < T; t += chunk) {
     const int64_t len = std::min(chunk, T - t);
     // Views are taken inside each chunk so that every chunk has its own graph.
-    const HeadParams p = ViewHead(state_->layout(), head, table);
+    const HeadParams p = ViewHead(state_->layout(), head_leaf, table_leaf);
     at::Tensor xc = hidden.narrow(1, t, len).detach().requires_grad_(true);
     at::Tensor logits = HeadLogits(cfg, p.norm, p.lm_head, xc);
     at::Tensor loss = CrossEntropySum(logits, targets.narrow(1, t, len)) * inv_tokens;
     loss.backward();
     loss_acc.add_(loss.detach().to(at::kDouble));
     grad.narrow(1, t, len).copy_(xc.grad());
+    Accumulate(head_leaf, head_grad);
+    if (table_leaf.defined()) Accumulate(table_leaf, table_grad);
   }
   return grad;
 }

@@ -1,16 +1,25 @@
 // Worker: one data-parallel worker (one GPU, or one CPU thread on the CPU device). Its
 // RunStep is the step of DESIGN.md for this worker, top to bottom: layer-major forward
 // keeping layer inputs, the loss in sequence chunks, backward with recompute, each
-// unit's gradient reduced into the host state as soon as it is complete.
-// Threads: RunStep runs on the worker's own thread; the routes meet the other workers.
+// unit's gradient accumulated in fp32 on the device and sent down as soon as it is
+// complete. Parameters stream through a ring of device slots, fetched `prefetch_depth`
+// units ahead on the H2D stream while the compute stream works; gradients go down on
+// the D2H stream and a landing thread hands them to the update pipeline.
+// Threads: RunStep on the worker's own thread; the routes meet the other workers; the
+// landing thread completes landings.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "runtime/engine/device_streams.h"
 #include "runtime/engine/routes.h"
+#include "runtime/engine/serial_executor.h"
+#include "runtime/engine/step_trace.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/model/transformer.h"
 #include "runtime/state/host_state.h"
@@ -31,24 +40,44 @@ struct WorkerStepResult {
   double backward_seconds = 0.0;
   double wait_seconds = 0.0;  // waiting for the previous step's updates
   TransferCounters transfers;
+  int64_t memory_peak_bytes = 0;
+  int64_t memory_allocated_bytes = 0;
+  int64_t memory_total_bytes = 0;
 };
 
 class Worker {
  public:
-  // All pointers must outlive the worker.
-  Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
-         RouteShared* shared, const at::Device& device);
+  // All pointers must outlive the worker; `trace` may be null.
+  static absl::StatusOr<std::unique_ptr<Worker>> Create(int rank, const TrainConfig& config,
+                                                        HostState* state, UpdatePipeline* pipeline,
+                                                        RouteShared* shared, const at::Device& device,
+                                                        StepTrace* trace);
+  ~Worker();
 
   // Runs this worker's part of step `step` (0-based). `inv_tokens` is 1 / the number of
   // target tokens in the whole global batch, so that the gradients summed over workers
-  // are those of the global mean loss.
-  WorkerStepResult RunStep(int64_t step, const WorkerBatch& batch, double inv_tokens);
+  // are those of the global mean loss. LibTorch, CUDA and NCCL errors become a status.
+  absl::StatusOr<WorkerStepResult> RunStep(int64_t step, const WorkerBatch& batch, double inv_tokens);
 
  private:
-  at::Tensor Fetch(int u, int64_t step, WorkerStepResult& r);
+  Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
+         RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
+         StepTrace* trace);
+  WorkerStepResult Step(int64_t step, const WorkerBatch& batch, double inv_tokens);
+
+  // The parameter stream: item i of the step's fetch schedule goes to slot i % S.
+  void FetchNext(int64_t step, WorkerStepResult& r);
+  at::Tensor Acquire(int item);  // the compute stream waits for item's fetch
+  void Release(int item);        // the compute stream is done with item's slot
+
+  // The gradient stream: ring entry for the next landing, then its landing.
+  at::Tensor GradBuffer(int u);  // fp32 [numel] on the device, ready to be written
+  void Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
+
   at::Tensor HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
-                          const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc);
-  void Reduce(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
+                          const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc,
+                          at::Tensor& head_grad, at::Tensor& table_grad);
+  void Span(StreamKind k, const std::string& name, const Event& begin, const Event& end);
 
   const int rank_;
   const TrainConfig& config_;
@@ -59,6 +88,35 @@ class Worker {
   const ParamRoute param_route_;
   const GradRoute grad_route_;
   RopeTables rope_;
+  std::unique_ptr<DeviceStreams> streams_;
+  StepTrace* const trace_;
+
+  // Fetch schedule of a step (unit per item) and the slot ring, allocated once.
+  std::vector<int> schedule_;
+  std::vector<at::Tensor> slots_;
+  std::vector<Event> fetched_;
+  std::vector<Event> slot_free_;
+  std::vector<Event> compute_begin_;  // trace: when the compute stream took each slot
+  int next_fetch_ = 0;
+
+  // fp32 accumulation buffers: a ring of two for the units in turn, and one for the
+  // embedding (it accumulates the tied head's gradient through the whole backward).
+  std::vector<at::Tensor> gacc_;
+  std::vector<Event> gacc_free_;
+  int next_gacc_ = 0;
+  at::Tensor emb_acc_;
+  Event emb_free_;
+  std::vector<LandingBuffers> land_bufs_;  // one per gacc ring entry, and the embedding's
+
+  struct PendingSpan {
+    StreamKind stream;
+    std::string name;
+    Event begin, end;
+  };
+  std::vector<PendingSpan> spans_;
+  double origin_host_ = 0.0;
+
+  SerialExecutor lander_;
 };
 
 }  // namespace slidedp

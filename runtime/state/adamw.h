@@ -35,6 +35,14 @@ void AdamWReference(const AdamWHyper& h, int64_t n, float* param, const float* g
 void AdamWUpdate(const AdamWHyper& h, int64_t n, float* param, const float* grad,
                  float* m, float* v, int threads = 0);
 
+// AdamW with a bf16 gradient held in the streamed bf16 copy of the parameters: reads
+// the gradient from `grad_then_param`, updates param (fp32 master), m and v as
+// AdamWUpdate does, and writes the new parameters rounded to bf16 (to nearest even, as
+// LibTorch converts) into `grad_then_param`. Tile by tile, so the copy is read and
+// written once.
+void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t* grad_then_param,
+                         float* m, float* v, int threads = 0);
+
 // Sum of squares of `n` floats (double accumulation), vectorized, `threads` threads.
 double SumSquares(const float* x, int64_t n, int threads = 0);
 

@@ -38,8 +38,8 @@ at::Tensor Alloc(int64_t n, at::ScalarType dtype, bool pin) {
 }  // namespace
 
 HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems,
-                     bool pin)
-    : config_(config), layout_(BuildLayout(config)), compute_dtype_(compute_dtype) {
+                     bool pin, bool fp32_grad)
+    : config_(config), layout_(BuildLayout(config)), compute_dtype_(compute_dtype), fp32_grad_(fp32_grad) {
   for (int u = 0; u < layout_.num_units(); ++u) {
     const int64_t n = layout_.units[u].numel;
     UnitState s;
@@ -47,7 +47,7 @@ HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, in
     s.m = Alloc(n, at::kFloat, false);
     s.v = Alloc(n, at::kFloat, false);
     s.params = Alloc(n, compute_dtype, pin);
-    s.grad = Alloc(n, at::kFloat, pin);
+    if (fp32_grad) s.grad = Alloc(n, at::kFloat, pin);
     units_.push_back(std::move(s));
     std::vector<Chunk> cs;
     const int64_t step = chunk_elems > 0 ? chunk_elems : n;
@@ -107,6 +107,16 @@ absl::Status HostState::LoadHf(const std::string& model_dir) {
 void HostState::RefreshParams(int u, int64_t begin, int64_t end) {
   if (end <= begin) return;
   units_[u].params.narrow(0, begin, end - begin).copy_(units_[u].master.narrow(0, begin, end - begin));
+}
+
+int64_t HostState::bytes() const {
+  int64_t b = 0;
+  for (const UnitState& s : units_) {
+    for (const at::Tensor* t : {&s.master, &s.m, &s.v, &s.params, &s.grad}) {
+      if (t->defined()) b += t->numel() * static_cast<int64_t>(t->element_size());
+    }
+  }
+  return b;
 }
 
 void HostState::RefreshAllParams() {

@@ -24,7 +24,8 @@ struct UnitState {
   at::Tensor m;       // fp32 [numel]
   at::Tensor v;       // fp32 [numel]
   at::Tensor params;  // compute dtype [numel]: what is streamed to the devices
-  at::Tensor grad;    // fp32 [numel]: the reduced gradient of the current step
+  at::Tensor grad;    // fp32 [numel]: the reduced gradient of the current step; undefined
+                      // when gradients land in `params` (HostState::fp32_grad() false)
 };
 
 // A contiguous range of one unit's flat buffer; chunks are the pipeline's granularity.
@@ -38,7 +39,12 @@ class HostState {
  public:
   // Allocates zeroed buffers for every unit. `pin` asks for page-locked memory
   // (needs a CUDA-enabled LibTorch). `chunk_elems` 0 means one chunk per unit.
-  HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems, bool pin);
+  // `fp32_grad` false: no fp32 gradient buffer; each unit's reduced gradient lands in
+  // bf16 in its streamed copy `params` (free between the unit's last fetch of a step
+  // and its update, which rewrites it), so the state is 14 bytes per parameter
+  // (needs compute dtype bf16).
+  HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems, bool pin,
+            bool fp32_grad = true);
 
   // Seeded random initialization as Hugging Face does it: weights ~ N(0, 0.02), norm
   // weights 1, biases 0. Identical for a seed on every machine (own generator).
@@ -61,11 +67,15 @@ class HostState {
   const UnitState& unit(int u) const { return units_[u]; }
   const std::vector<Chunk>& chunks(int u) const { return chunks_[u]; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
+  bool fp32_grad() const { return fp32_grad_; }
+  // Bytes of host memory held by the state (all units, all buffers).
+  int64_t bytes() const;
 
  private:
   ModelConfig config_;
   ModelLayout layout_;
   at::ScalarType compute_dtype_;
+  bool fp32_grad_;
   std::vector<UnitState> units_;
   std::vector<std::vector<Chunk>> chunks_;
 };

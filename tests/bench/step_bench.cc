@@ -2,6 +2,7 @@
 // behind the step-time figures of tests/bench/RESULTS.md.
 // Usage: step_bench [--model=qwen2.5-3b] [--device=cuda] [--workers=1] [--seq_len=4096]
 //                   [--micro_batch_size=1] [--grad_accum=4] [--steps=4] [--loss_chunk=4096]
+//                   [--prefetch=1] [--grad_landing=auto] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
 // Prints every step, then the mean of the steps after the first: s/step, tokens/s,
 // model FLOPs utilization (6 x params x tokens + attention, over 790 TFLOP/s), PCIe
 // bytes per step against the minimum (2 bytes a parameter each way), peak RSS.
@@ -43,6 +44,12 @@ int Main(int argc, char** argv) {
   c.grad_accum = std::stoll(Flag(argc, argv, "grad_accum", "4"));
   c.steps = std::stoll(Flag(argc, argv, "steps", "4"));
   c.policy.loss_chunk_tokens = std::stoll(Flag(argc, argv, "loss_chunk", "4096"));
+  c.policy.prefetch_depth = std::stoi(Flag(argc, argv, "prefetch", "1"));
+  c.policy.grad_landing = Flag(argc, argv, "grad_landing", "auto");
+  c.policy.grad_route = Flag(argc, argv, "grad_route", "gather_host");
+  c.policy.param_route = Flag(argc, argv, "param_route", "replicate");
+  c.trace_file = Flag(argc, argv, "trace", "");
+  if (Flag(argc, argv, "no_clip", "0") != "0") c.optimizer.max_grad_norm = 0;
   c.optimizer.lr = 1e-5;
   const auto t0 = std::chrono::steady_clock::now();
   auto trainer = Trainer::Create(c);
@@ -57,7 +64,7 @@ int Main(int argc, char** argv) {
               c.model.c_str(), params / 1e9, static_cast<long long>(m.num_layers), c.device.c_str(), c.workers,
               static_cast<long long>(c.global_batch_sequences()), static_cast<long long>(c.seq_len), setup);
   double sum_t = 0, sum_tok = 0;
-  int64_t h2d = 0, d2h = 0;
+  int64_t h2d = 0, d2h = 0, gpu_peak = 0;
   for (int64_t s = 0; s < c.steps; ++s) {
     auto st = (*trainer)->Step();
     if (!st.ok()) {
@@ -76,15 +83,18 @@ int Main(int argc, char** argv) {
       h2d = st->h2d_bytes;
       d2h = st->d2h_bytes;
     }
+    for (size_t w = 0; w < st->workers.size(); ++w) {
+      if (s == 0 || st->workers[w].memory_peak_bytes > gpu_peak) gpu_peak = st->workers[w].memory_peak_bytes;
+    }
   }
   if (c.steps > 1) {
     const double n = static_cast<double>(c.steps - 1), t = sum_t / n, tok = sum_tok / n;
     // Attention: 12 x layers x hidden(q) x seq per token (fwd+bwd, causal halves 4x), as in MFU papers.
     const double attn = 6.0 * m.num_layers * m.num_heads * m.head_dim * c.seq_len * tok;
     const double flops = 6.0 * params * tok + attn;
-    std::printf("mean of %d steps: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB\n",
+    std::printf("mean of %d steps: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB\n",
                 static_cast<int>(n), t, tok / t, 100.0 * flops / t / 790e12, h2d / 1e9, d2h / 1e9,
-                2.0 * params / 1e9, PeakRssGiB());
+                2.0 * params / 1e9, PeakRssGiB(), gpu_peak / double(1 << 30));
   }
   return 0;
 }

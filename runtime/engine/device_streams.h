@@ -1,0 +1,71 @@
+// DeviceStreams: one worker's compute, H2D, D2H and collective streams and the events
+// that order them (DESIGN.md, "Streams per GPU"). Work on different streams overlaps;
+// a stream waits for another only through an event, never through a host sync. On the
+// CPU device there is one stream, the calling thread: work is complete when issued and
+// every event has already happened, so the same step code runs on both devices.
+// Threads: Use/Record/Wait from the owning worker's thread; HostWait and the trace
+// queries from its landing thread or after the step.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace slidedp {
+
+enum class StreamKind { kCompute = 0, kH2D = 1, kD2H = 2, kCollective = 3 };
+inline constexpr int kNumStreamKinds = 4;
+const char* StreamName(StreamKind k);
+
+// A point in one stream's work. Default-constructed: already happened.
+class Event {
+ public:
+  Event() = default;
+  explicit Event(std::shared_ptr<void> impl) : impl_(std::move(impl)) {}
+  void* impl() const { return impl_.get(); }
+  bool pending() const { return impl_ != nullptr; }
+
+ private:
+  std::shared_ptr<void> impl_;
+};
+
+// Makes one stream the calling thread's current LibTorch stream while alive.
+class StreamUse {
+ public:
+  virtual ~StreamUse() = default;
+};
+
+class DeviceStreams {
+ public:
+  // CPU device: trivial streams. CUDA device: four streams from LibTorch's pool of that
+  // GPU; FailedPrecondition if this build has no CUDA. `timing` enables the events'
+  // timestamps (for --trace), at a small cost.
+  static absl::StatusOr<std::unique_ptr<DeviceStreams>> Create(const at::Device& device, bool timing);
+  virtual ~DeviceStreams() = default;
+
+  virtual bool is_cuda() const = 0;
+  [[nodiscard]] virtual std::unique_ptr<StreamUse> Use(StreamKind k) = 0;
+  // An event after everything issued to `k` so far.
+  virtual Event Record(StreamKind k) = 0;
+  // Work issued to `k` after this call starts after `e`.
+  virtual void Wait(StreamKind k, const Event& e) = 0;
+  // Blocks the calling thread until `e` has happened (landing thread, step end).
+  virtual void HostWait(const Event& e) = 0;
+  // Trace: marks the time origin on the compute stream; MillisSince gives an event's
+  // time after the origin, once the event has happened (0 without timing or on CPU).
+  virtual void MarkOrigin() = 0;
+  virtual double MillisSinceOrigin(const Event& e) = 0;
+  // Device memory: currently allocated by LibTorch, peak since the last ResetPeak, and
+  // the device's capacity (all 0 on the CPU device).
+  virtual int64_t MemoryAllocated() = 0;
+  virtual int64_t MemoryPeak() = 0;
+  virtual int64_t MemoryTotal() = 0;
+  virtual void ResetPeak() = 0;
+};
+
+// Defined in device_streams_cuda.cc when LibTorch has CUDA, else returns an error.
+absl::StatusOr<std::unique_ptr<DeviceStreams>> CreateCudaStreams(const at::Device& device, bool timing);
+
+}  // namespace slidedp

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The baselines of tests/bench/RESULTS.md, run beside step_bench on the GPU host.
+
+  plain: what users run when the model fits: PyTorch + transformers, fp32 master
+         weights on the GPU, bf16 autocast, SDPA, activation checkpointing, fused AdamW
+         on the GPU, clip_grad_norm_(1.0).
+  fsdp2_offload: what users run when it does not: FSDP2 fully_shard per decoder layer
+         with CPUOffloadPolicy(pin_memory=True), bf16 params / fp32 reduce, activation
+         checkpointing, fused CPU AdamW (one process, world size 1).
+
+Same model shapes as slidedp's presets (random weights), same tokens per step.
+  python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096
+Prints one line per step and a summary line "RESULT mode shape batch seq s/step tok/s peak_GB"
+(or "RESULT ... OOM").
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+import transformers
+
+SHAPES = {
+    # Qwen2-style 3.09B: 36 layers, hidden 2048, FFN 11008, 16 heads, 2 KV heads, vocab 151936.
+    "qwen2.5-3b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008,
+                       num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
+                       tie_word_embeddings=True),
+    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                       num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                       tie_word_embeddings=False),
+}
+
+
+def build(shape, dtype, device):
+    cfg = transformers.Qwen2Config(**SHAPES[shape], max_position_embeddings=32768,
+                                   rope_theta=1000000.0, rms_norm_eps=1e-6, use_cache=False)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
+                                                              torch_dtype=dtype)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return cfg, model.train()
+
+
+def loss_of(model, batch, autocast):
+    inp, tgt = batch[:, :-1], batch[:, 1:]
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        logits = model(input_ids=inp).logits
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+
+
+def run(args):
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    if args.mode == "plain":
+        cfg, model = build(args.shape, torch.float32, dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), fused=True)
+        autocast = True
+    else:
+        import torch.distributed as dist
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        cfg, model = build(args.shape, torch.float32, torch.device("meta"))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        off = CPUOffloadPolicy(pin_memory=True)
+        for layer in model.model.layers:
+            fully_shard(layer, mp_policy=mp, offload_policy=off)
+        fully_shard(model, mp_policy=mp, offload_policy=off)
+        model.to_empty(device="cpu")
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0, 0.02)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), fused=True)
+        autocast = False
+    V = cfg.vocab_size
+    times = []
+    peak = 0.0
+    try:
+        for step in range(args.steps):
+            batch = torch.randint(0, V, (args.batch, args.seq + 1), device=dev)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss = loss_of(model, batch, autocast)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            peak = max(peak, torch.cuda.max_memory_allocated() / 1e9)
+            print(f"{args.mode} {args.shape} step {step + 1}: loss {loss.item():.4f} {dt:.3f} s "
+                  f"{args.batch * args.seq / dt:.0f} tok/s", flush=True)
+            if step > 0:
+                times.append(dt)
+    except torch.OutOfMemoryError:
+        print(f"RESULT {args.mode} {args.shape} {args.batch} {args.seq} OOM", flush=True)
+        return
+    t = sum(times) / len(times)
+    print(f"RESULT {args.mode} {args.shape} {args.batch} {args.seq} {t:.3f} s/step "
+          f"{args.batch * args.seq / t:.0f} tok/s peak {peak:.1f} GB", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=["plain", "fsdp2_offload"], default="plain")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-3b")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=4)
+    run(ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()
