@@ -85,8 +85,10 @@ class CudaStreams final : public DeviceStreams {
   void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(device_); }
 
  private:
-  static constexpr size_t kAggregate = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
-  c10::cuda::CUDACachingAllocator::DeviceStats Stat() {
+  // StatType::AGGREGATE, the first entry of every statistic (the enum moved between
+  // LibTorch versions; its value did not).
+  static constexpr size_t kAggregate = 0;
+  auto Stat() -> decltype(c10::cuda::CUDACachingAllocator::getDeviceStats(0)) {
     return c10::cuda::CUDACachingAllocator::getDeviceStats(device_);
   }
   cudaStream_t stream(StreamKind k) const { return streams_[static_cast<int>(k)].stream(); }

@@ -2,6 +2,7 @@
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/clock.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -126,8 +127,15 @@ void UpdatePipeline::Loop() {
       auto work = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&work));
       if (queue_.empty()) return;  // stop_ with nothing left
-      t = queue_.front();
-      queue_.pop_front();
+      // Earliest deadline first: the next forward needs unit 0 first, then 1, 2, ...,
+      // so among the queued updates the lowest (step, unit) goes first. Without
+      // clipping, units land L..1, 0; the ones still queued when backward ends are
+      // then updated in the order the next forward uses them.
+      auto next = std::min_element(queue_.begin(), queue_.end(), [](const Task& a, const Task& b) {
+        return a.step != b.step ? a.step < b.step : a.unit < b.unit;
+      });
+      t = *next;
+      queue_.erase(next);
     }
     const double t0 = MonotonicSeconds();
     if (!t.skip) {

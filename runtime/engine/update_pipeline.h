@@ -2,7 +2,8 @@
 // reduced gradient has landed in the host state, keeps the per-unit squared norms, and
 // runs AdamW on its own thread: with clipping, once every unit has landed, in forward
 // order (overlapping the next step's forward); without clipping, each unit as soon as
-// it lands (overlapping backward). It publishes a version per unit so that workers
+// it lands (overlapping backward); queued updates run earliest deadline first (the
+// lowest unit, which the next forward needs soonest). It publishes a version per unit so that workers
 // start a unit's next forward only after its update.
 // Threads: GradLanded/WaitParamsReady from worker threads, BeginStep/Drain/Summary from
 // the trainer's thread, the updates on the pipeline's own thread.

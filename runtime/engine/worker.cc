@@ -13,14 +13,17 @@
 namespace slidedp {
 namespace {
 
-// A leaf that collects the gradient of a unit's flat parameters.
-at::Tensor Leaf(const at::Tensor& slot) { return slot.detach().requires_grad_(true); }
+// A parameter as its own autograd leaf: a detached view of the slot that requires grad.
+at::Tensor Leaf(const UnitLayout& unit, const at::Tensor& slot, int index) {
+  return ParamView(unit, slot, index).detach().requires_grad_(true);
+}
 
-// Adds a leaf's gradient into an fp32 accumulator and clears it, so that micro-batches
-// and loss chunks accumulate in fp32 whatever the compute dtype.
-void Accumulate(at::Tensor& leaf, at::Tensor& acc) {
-  if (!leaf.grad().defined()) return;
-  acc.add_(leaf.grad().reshape({-1}));
+// Adds a leaf's gradient into its parameter's range of an fp32 accumulator and clears
+// it, so that micro-batches and loss chunks accumulate in fp32 whatever the compute
+// dtype.
+void Accumulate(at::Tensor& leaf, const ParamSpec& spec, at::Tensor& acc) {
+  if (!leaf.defined() || !leaf.grad().defined()) return;
+  acc.narrow(0, spec.offset, spec.numel).add_(leaf.grad().reshape({-1}));
   leaf.mutable_grad().reset();
 }
 
@@ -188,9 +191,9 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   // ---------------- head: loss and its backward, in sequence chunks ----------------
   t0 = MonotonicSeconds();
   const int head_item = item++;
-  at::Tensor head_leaf = Leaf(Acquire(head_item));
+  const at::Tensor head_slot = Acquire(head_item);
   const int table_item = tied ? item++ : -1;
-  at::Tensor table_leaf = tied ? Leaf(Acquire(table_item)) : at::Tensor();  // the head's weight is unit 0's table
+  const at::Tensor table_slot = tied ? Acquire(table_item) : at::Tensor();  // the head's weight is unit 0's table
   FetchNext(step, r);
   if (tied) FetchNext(step, r);
   at::Tensor head_grad = GradBuffer(head);
@@ -198,7 +201,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   std::vector<at::Tensor> grad_h(MB);
   for (size_t mb = 0; mb < MB; ++mb) {
-    grad_h[mb] = HeadBackward(h[mb], targets[mb], head_leaf, table_leaf, inv_tokens, loss_acc, head_grad, emb_grad);
+    grad_h[mb] = HeadBackward(h[mb], targets[mb], head_slot, table_slot, inv_tokens, loss_acc, head_grad, emb_grad);
     h[mb] = at::Tensor();
   }
   Release(head_item);
@@ -208,16 +211,18 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   // ---------------- backward, l = L-1..1: recompute, backprop, land ----------------
   for (int u = head - 1; u >= 1; --u) {
     const int it = item++;
-    at::Tensor leaf = Leaf(Acquire(it));
+    const UnitLayout& unit = layout.units[u];
+    std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
+    const BlockParams p = ViewBlock(unit, Acquire(it), &leaves);
     FetchNext(step, r);
     at::Tensor grad = GradBuffer(u);
     for (size_t mb = 0; mb < MB; ++mb) {
       at::Tensor x = saved[u][mb].detach().requires_grad_(true);
-      at::Tensor y = BlockForward(cfg, ViewBlock(layout.units[u], leaf), x, rope_);
+      at::Tensor y = BlockForward(cfg, p, x, rope_);
       y.backward(grad_h[mb]);
       grad_h[mb] = x.grad();
       saved[u][mb] = at::Tensor();
-      Accumulate(leaf, grad);
+      for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
     }
     Release(it);
     Land(u, step, grad, r);
@@ -308,22 +313,29 @@ at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targ
                                 const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc,
                                 at::Tensor& head_grad, at::Tensor& table_grad) {
   const ModelConfig& cfg = state_->config();
+  const ModelLayout& layout = state_->layout();
+  const UnitLayout& hu = layout.units.back();
   const int64_t T = hidden.size(1);
   const int64_t chunk = std::max<int64_t>(1, config_.policy.loss_chunk_tokens / std::max<int64_t>(1, hidden.size(0)));
   at::Tensor grad = at::empty_like(hidden);
-  at::Tensor head_leaf = head, table_leaf = table;
+  // The final norm, and the output projection: the head's own, or unit 0's table.
+  const int norm_i = hu.Find("model.norm.weight");
+  const bool tied = hu.uses_tied_embedding;
+  const int lm_i = tied ? 0 : hu.Find("lm_head.weight");
+  at::Tensor norm = Leaf(hu, head, norm_i);
+  at::Tensor lm = tied ? Leaf(layout.units[0], table, lm_i) : Leaf(hu, head, lm_i);
+  const ParamSpec& lm_spec = tied ? layout.units[0].params[lm_i] : hu.params[lm_i];
+  at::Tensor& lm_grad = tied ? table_grad : head_grad;
   for (int64_t t = 0; t < T; t += chunk) {
     const int64_t len = std::min(chunk, T - t);
-    // Views are taken inside each chunk so that every chunk has its own graph.
-    const HeadParams p = ViewHead(state_->layout(), head_leaf, table_leaf);
     at::Tensor xc = hidden.narrow(1, t, len).detach().requires_grad_(true);
-    at::Tensor logits = HeadLogits(cfg, p.norm, p.lm_head, xc);
+    at::Tensor logits = HeadLogits(cfg, norm, lm, xc);
     at::Tensor loss = CrossEntropySum(logits, targets.narrow(1, t, len)) * inv_tokens;
     loss.backward();
     loss_acc.add_(loss.detach().to(at::kDouble));
     grad.narrow(1, t, len).copy_(xc.grad());
-    Accumulate(head_leaf, head_grad);
-    if (table_leaf.defined()) Accumulate(table_leaf, table_grad);
+    Accumulate(norm, hu.params[norm_i], head_grad);
+    Accumulate(lm, lm_spec, lm_grad);
   }
   return grad;
 }

@@ -3,6 +3,8 @@
 #include "runtime/model/transformer.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <torch/version.h>
 
 #include "runtime/data/dataset.h"
@@ -14,9 +16,19 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
-at::Tensor View(const UnitLayout& unit, const at::Tensor& flat, const char* name) {
+// With `leaves`, each parameter becomes its own autograd leaf (a detached view that
+// requires grad, kept in (*leaves)[index]): its gradient then lands in that leaf alone,
+// where views of one flat leaf would each build and sum a zero-filled gradient of the
+// whole unit.
+at::Tensor View(const UnitLayout& unit, const at::Tensor& flat, const char* name,
+                std::vector<at::Tensor>* leaves) {
   const int i = unit.Find(name);
-  return i < 0 ? at::Tensor() : ParamView(unit, flat, i);
+  if (i < 0) return at::Tensor();
+  if (leaves == nullptr) return ParamView(unit, flat, i);
+  if (leaves->size() < unit.params.size()) leaves->resize(unit.params.size());
+  at::Tensor& leaf = (*leaves)[i];
+  if (!leaf.defined()) leaf = ParamView(unit, flat, i).detach().requires_grad_(true);
+  return leaf;
 }
 
 // rotate_half: [x1, x2] -> [-x2, x1] over the last dimension.
@@ -73,6 +85,16 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return at::matmul(probs, v);
 }
 
+// SDPA's own GQA (LibTorch >= 2.5) unless SLIDEDP_SDPA_GQA=0, the switch that
+// tests/bench/RESULTS.md's A/B runs use.
+[[maybe_unused]] bool SdpaGqa() {
+  static const bool on = [] {
+    const char* e = std::getenv("SLIDEDP_SDPA_GQA");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+
 at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
   if (groups == 1) return x;
   const int64_t B = x.size(0), h = x.size(1), T = x.size(2), D = x.size(3);
@@ -86,26 +108,26 @@ at::Tensor ParamView(const UnitLayout& unit, const at::Tensor& flat, int index) 
   return flat.narrow(0, p.offset, p.numel).view(p.shape);
 }
 
-BlockParams ViewBlock(const UnitLayout& u, const at::Tensor& f) {
+BlockParams ViewBlock(const UnitLayout& u, const at::Tensor& f, std::vector<at::Tensor>* leaves) {
   BlockParams p;
-  p.input_norm = View(u, f, "input_layernorm.weight");
-  p.q_w = View(u, f, "self_attn.q_proj.weight");
-  p.q_b = View(u, f, "self_attn.q_proj.bias");
-  p.k_w = View(u, f, "self_attn.k_proj.weight");
-  p.k_b = View(u, f, "self_attn.k_proj.bias");
-  p.v_w = View(u, f, "self_attn.v_proj.weight");
-  p.v_b = View(u, f, "self_attn.v_proj.bias");
-  p.o_w = View(u, f, "self_attn.o_proj.weight");
-  p.o_b = View(u, f, "self_attn.o_proj.bias");
-  p.q_norm = View(u, f, "self_attn.q_norm.weight");
-  p.k_norm = View(u, f, "self_attn.k_norm.weight");
-  p.post_norm = View(u, f, "post_attention_layernorm.weight");
-  p.gate_w = View(u, f, "mlp.gate_proj.weight");
-  p.gate_b = View(u, f, "mlp.gate_proj.bias");
-  p.up_w = View(u, f, "mlp.up_proj.weight");
-  p.up_b = View(u, f, "mlp.up_proj.bias");
-  p.down_w = View(u, f, "mlp.down_proj.weight");
-  p.down_b = View(u, f, "mlp.down_proj.bias");
+  p.input_norm = View(u, f, "input_layernorm.weight", leaves);
+  p.q_w = View(u, f, "self_attn.q_proj.weight", leaves);
+  p.q_b = View(u, f, "self_attn.q_proj.bias", leaves);
+  p.k_w = View(u, f, "self_attn.k_proj.weight", leaves);
+  p.k_b = View(u, f, "self_attn.k_proj.bias", leaves);
+  p.v_w = View(u, f, "self_attn.v_proj.weight", leaves);
+  p.v_b = View(u, f, "self_attn.v_proj.bias", leaves);
+  p.o_w = View(u, f, "self_attn.o_proj.weight", leaves);
+  p.o_b = View(u, f, "self_attn.o_proj.bias", leaves);
+  p.q_norm = View(u, f, "self_attn.q_norm.weight", leaves);
+  p.k_norm = View(u, f, "self_attn.k_norm.weight", leaves);
+  p.post_norm = View(u, f, "post_attention_layernorm.weight", leaves);
+  p.gate_w = View(u, f, "mlp.gate_proj.weight", leaves);
+  p.gate_b = View(u, f, "mlp.gate_proj.bias", leaves);
+  p.up_w = View(u, f, "mlp.up_proj.weight", leaves);
+  p.up_b = View(u, f, "mlp.up_proj.bias", leaves);
+  p.down_w = View(u, f, "mlp.down_proj.weight", leaves);
+  p.down_b = View(u, f, "mlp.down_proj.bias", leaves);
   return p;
 }
 
@@ -159,9 +181,18 @@ at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Te
   const at::Tensor sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
   q = ApplyRope(q, cos, sin);
   k = ApplyRope(k, cos, sin);
-  k = RepeatKv(k, nh / nkv);
-  v = RepeatKv(v, nh / nkv);
-  at::Tensor a = Attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(D)));
+  at::Tensor a;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  if (q.is_cuda() && nh != nkv && SdpaGqa()) {
+    // Fused attention reads the shared K/V heads itself: no expanded copies, and no
+    // sum over the groups in backward.
+    a = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                         1.0 / std::sqrt(static_cast<double>(D)), /*enable_gqa=*/true);
+  }
+#endif
+  if (!a.defined()) {
+    a = Attention(q, RepeatKv(k, nh / nkv), RepeatKv(v, nh / nkv), 1.0 / std::sqrt(static_cast<double>(D)));
+  }
   a = a.transpose(1, 2).reshape({B, T, nh * D});
   at::Tensor x1 = x + Linear(a, p.o_w, p.o_b);
 

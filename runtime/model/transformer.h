@@ -1,7 +1,9 @@
 // Transformer math of one streaming unit, as plain ATen functions over views into the
-// unit's flat parameter tensor (so that parameter gradients land in one flat gradient).
+// unit's flat parameter tensor (or per-parameter leaves over it, for backward).
 // Stateless; called from each worker's thread on that worker's device and stream.
 #pragma once
+
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -18,7 +20,11 @@ struct BlockParams {
 
 // Returns a view of parameter `index` of `unit` inside `flat` ([unit.numel]).
 at::Tensor ParamView(const UnitLayout& unit, const at::Tensor& flat, int index);
-BlockParams ViewBlock(const UnitLayout& unit, const at::Tensor& flat);
+// With `leaves`, every parameter is its own leaf requiring grad, made on first use and
+// kept in (*leaves)[parameter index] (see UnitLayout::params), so that a caller can
+// build several graphs over the same leaves and collect each parameter's gradient.
+BlockParams ViewBlock(const UnitLayout& unit, const at::Tensor& flat,
+                      std::vector<at::Tensor>* leaves = nullptr);
 
 // cos and sin tables [seq_len, head_dim] in fp32 for positions 0..seq_len-1, with the
 // config's rope_theta and rope scaling, as Hugging Face computes them.
