@@ -25,6 +25,11 @@ ABSL_FLAG(bool, dry_run, false,
           "Parse and validate CONFIG, print the resulting config (every field, defaults "
           "filled in) as JSON, and exit without training.");
 
+ABSL_FLAG(std::string, trace, "",
+          "Write a Chrome-trace JSON (chrome://tracing, Perfetto) of every stream's work per "
+          "unit and of the CPU updates, for the first 8 steps, to this file; overrides the "
+          "config's trace_file.");
+
 namespace slidedp {
 namespace {
 
@@ -128,6 +133,7 @@ int Main(int argc, char** argv) {
                  std::string(config.status().message()).c_str());
     return kExitBadConfig;
   }
+  if (!absl::GetFlag(FLAGS_trace).empty()) config->trace_file = absl::GetFlag(FLAGS_trace);
   if (absl::GetFlag(FLAGS_dry_run)) {
     std::printf("%s\n", TrainConfigToJson(*config).c_str());
     return 0;
