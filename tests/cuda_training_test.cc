@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -34,7 +35,10 @@ at::Tensor Read(const SafetensorsFile& f, const std::string& name) {
   return t;
 }
 
-TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& grad_landing) {
+// `variant` is the gradient landing ("bf16" or "fp32"), optionally followed by
+// "+host_activations" (layer inputs offloaded to pinned host memory between forward and
+// backward) and "+prefetch2" (two units fetched ahead of compute).
+TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   TrainConfig c;
   c.model = kDir + "/model";
   c.data.format = "tokens";
@@ -55,7 +59,9 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& grad_landi
   c.optimizer.weight_decay = s["weight_decay"];
   c.optimizer.max_grad_norm = s["max_grad_norm"];
   c.policy.loss_chunk_tokens = 64;  // several loss chunks per micro-batch
-  c.policy.grad_landing = grad_landing;
+  c.policy.grad_landing = variant.substr(0, variant.find('+'));
+  if (variant.find("+host_activations") != std::string::npos) c.policy.activations = "host";
+  if (variant.find("+prefetch2") != std::string::npos) c.policy.prefetch_depth = 2;
   return c;
 }
 
@@ -80,7 +86,9 @@ TEST_P(CudaTrainingTest, FiveStepsMatchPyTorchBf16Autocast) {
     EXPECT_NEAR(s->loss, want, 5e-3 * want) << "step " << k + 1;
     EXPECT_NEAR(s->grad_norm, ref_norm[k].item<double>(), 0.02 * ref_norm[k].item<double>()) << "step " << k + 1;
   }
-  const std::string out = ::testing::TempDir() + "/cuda_training_" + GetParam();
+  std::string name = GetParam();
+  std::replace(name.begin(), name.end(), '+', '_');
+  const std::string out = ::testing::TempDir() + "/cuda_training_" + name;
   std::filesystem::remove_all(out);
   ASSERT_TRUE((*t)->ExportHf(out).ok());
   absl::StatusOr<SafetensorsFile> ours = SafetensorsFile::Open(out + "/model.safetensors");
@@ -108,7 +116,13 @@ TEST_P(CudaTrainingTest, FiveStepsMatchPyTorchBf16Autocast) {
   EXPECT_LE(d_ours, 2.0 * d_bf16);
 }
 
-INSTANTIATE_TEST_SUITE_P(GradLanding, CudaTrainingTest, ::testing::Values("bf16", "fp32"));
+INSTANTIATE_TEST_SUITE_P(GradLanding, CudaTrainingTest,
+                         ::testing::Values("bf16", "fp32", "bf16+host_activations+prefetch2"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) if (ch == '+') ch = '_';
+                           return n;
+                         });
 
 // The same fixture on the CPU device in fp32 (here, in CI): against PyTorch's fp32 run,
 // which differs from ours only in summation order. Required: losses within 1e-4 relative,

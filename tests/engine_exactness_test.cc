@@ -231,5 +231,17 @@ TEST(EngineExactnessMore, OneWorkerEqualsTwoWithTheSameGlobalBatch) {
   ExpectClose(RunEngine(one, c, dir + "/one"), RunEngine(two, c, dir + "/two"), 1e-5);
 }
 
+TEST(EngineExactnessMore, HostActivationsEqualPlainAutograd) {
+  // policy.activations: host moves each unit's saved inputs out after its forward and
+  // back before its backward; the result must not change.
+  const ModelConfig c = TinyShape(ModelFamily::kQwen2);
+  const std::string dir = ::testing::TempDir() + "/exact_host_activations";
+  std::filesystem::remove_all(dir);
+  Weights init = MakeModelDir(c, dir + "/init", 13);
+  TrainConfig tc = BaseConfig(dir + "/init");
+  tc.policy.activations = "host";
+  ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
+}
+
 }  // namespace
 }  // namespace slidedp

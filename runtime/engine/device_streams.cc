@@ -13,6 +13,7 @@ class CpuStreams final : public DeviceStreams {
   std::unique_ptr<StreamUse> Use(StreamKind) override { return std::make_unique<StreamUse>(); }
   Event Record(StreamKind) override { return Event(); }
   void Wait(StreamKind, const Event&) override {}
+  void KeepFor(const at::Tensor&, StreamKind) override {}
   void HostWait(const Event&) override {}
   void MarkOrigin() override {}
   double MillisSinceOrigin(const Event&) override { return 0.0; }

@@ -51,6 +51,9 @@ class DeviceStreams {
   virtual Event Record(StreamKind k) = 0;
   // Work issued to `k` after this call starts after `e`.
   virtual void Wait(StreamKind k, const Event& e) = 0;
+  // Tells the allocator that `t` (a device tensor) is used by work on `k`, so that its
+  // memory is not reused before that work is done once the last reference is dropped.
+  virtual void KeepFor(const at::Tensor& t, StreamKind k) = 0;
   // Blocks the calling thread until `e` has happened (landing thread, step end).
   virtual void HostWait(const Event& e) = 0;
   // Trace: marks the time origin on the compute stream; MillisSince gives an event's

@@ -57,6 +57,10 @@ class CudaStreams final : public DeviceStreams {
     SLIDEDP_CUDA_CHECK(cudaStreamWaitEvent(stream(k), static_cast<CudaEvent*>(e.impl())->ev, 0));
   }
 
+  void KeepFor(const at::Tensor& t, StreamKind k) override {
+    if (t.defined() && t.is_cuda()) t.record_stream(streams_[static_cast<int>(k)].unwrap());
+  }
+
   void HostWait(const Event& e) override {
     if (!e.pending()) return;
     SLIDEDP_CUDA_CHECK(cudaEventSynchronize(static_cast<CudaEvent*>(e.impl())->ev));

@@ -67,6 +67,7 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       device_(device),
       param_route_(*ParseParamRoute(config.policy.param_route)),
       grad_route_(*ParseGradRoute(config.policy.grad_route)),
+      offload_inputs_(config.policy.activations == "host"),
       rope_(MakeRope(state->config(), config.seq_len, device)),
       streams_(std::move(streams)),
       trace_(trace),
@@ -168,7 +169,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   // Each unit's compute is issued before the next fetch, which may wait for that unit's
   // CPU update of the previous step.
   double t0 = MonotonicSeconds();
-  std::vector<std::vector<at::Tensor>> saved(U, std::vector<at::Tensor>(MB));
+  std::vector<SavedInputs> saved(U);
   std::vector<at::Tensor> h(MB);
   {
     at::NoGradGuard no_grad;
@@ -178,10 +179,8 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     FetchNext(step, r);
     for (int u = 1; u < head; ++u) {
       const BlockParams p = ViewBlock(layout.units[u], Acquire(item));
-      for (size_t mb = 0; mb < MB; ++mb) {
-        saved[u][mb] = h[mb];
-        h[mb] = BlockForward(cfg, p, h[mb], rope_);
-      }
+      saved[u] = Offload(u, h, r);
+      for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], rope_);
       Release(item++);
       FetchNext(step, r);
     }
@@ -209,19 +208,23 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   Land(head, step, head_grad, r);
 
   // ---------------- backward, l = L-1..1: recompute, backprop, land ----------------
+  SavedInputs next = head > 1 ? Restore(head - 1, std::move(saved[head - 1]), r) : SavedInputs();
   for (int u = head - 1; u >= 1; --u) {
     const int it = item++;
     const UnitLayout& unit = layout.units[u];
     std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
     const BlockParams p = ViewBlock(unit, Acquire(it), &leaves);
     FetchNext(step, r);
+    SavedInputs inputs = std::move(next);
+    if (u > 1) next = Restore(u - 1, std::move(saved[u - 1]), r);  // under this unit's backward
+    streams_->Wait(StreamKind::kCompute, inputs.ready);
     at::Tensor grad = GradBuffer(u);
     for (size_t mb = 0; mb < MB; ++mb) {
-      at::Tensor x = saved[u][mb].detach().requires_grad_(true);
+      at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
+      inputs.xs[mb] = at::Tensor();
       at::Tensor y = BlockForward(cfg, p, x, rope_);
       y.backward(grad_h[mb]);
       grad_h[mb] = x.grad();
-      saved[u][mb] = at::Tensor();
       for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
     }
     Release(it);
@@ -303,6 +306,50 @@ void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult&
   lander_.Push([this, l, bufs] {
     return CompleteGradLanding(grad_route_, rank_, *shared_, *state_, l, *bufs, *streams_, *pipeline_);
   });
+}
+
+Worker::SavedInputs Worker::Offload(int u, std::vector<at::Tensor> xs, WorkerStepResult& r) {
+  if (!offload_inputs_) return {std::move(xs), Event()};
+  const bool cuda = device_.is_cuda();
+  // The copies start once the compute stream has produced the inputs.
+  streams_->Wait(StreamKind::kD2H, streams_->Record(StreamKind::kCompute));
+  const Event begin = trace_ != nullptr ? streams_->Record(StreamKind::kD2H) : Event();
+  SavedInputs out;
+  {
+    auto use = streams_->Use(StreamKind::kD2H);
+    for (const at::Tensor& x : xs) {
+      at::Tensor host = at::empty(x.sizes(), x.options().device(at::kCPU).pinned_memory(cuda));
+      host.copy_(x, /*non_blocking=*/cuda);
+      streams_->KeepFor(x, StreamKind::kD2H);  // the device copy is freed after the copy
+      r.transfers.d2h_bytes += x.numel() * static_cast<int64_t>(x.element_size());
+      out.xs.push_back(std::move(host));
+    }
+  }
+  out.ready = streams_->Record(StreamKind::kD2H);
+  Span(StreamKind::kD2H, "offload inputs " + UnitName(u, state_->num_units()), begin, out.ready);
+  return out;
+}
+
+Worker::SavedInputs Worker::Restore(int u, SavedInputs saved, WorkerStepResult& r) {
+  if (!offload_inputs_) return saved;
+  const bool cuda = device_.is_cuda();
+  streams_->Wait(StreamKind::kH2D, saved.ready);
+  const Event begin = trace_ != nullptr ? streams_->Record(StreamKind::kH2D) : Event();
+  SavedInputs out;
+  {
+    // Allocated on the H2D stream and kept for the compute stream that reads them.
+    auto use = streams_->Use(StreamKind::kH2D);
+    for (const at::Tensor& host : saved.xs) {
+      at::Tensor x = at::empty(host.sizes(), host.options().device(device_).pinned_memory(false));
+      x.copy_(host, /*non_blocking=*/cuda);
+      streams_->KeepFor(x, StreamKind::kCompute);
+      r.transfers.h2d_bytes += x.numel() * static_cast<int64_t>(x.element_size());
+      out.xs.push_back(std::move(x));
+    }
+  }
+  out.ready = streams_->Record(StreamKind::kH2D);
+  Span(StreamKind::kH2D, "restore inputs " + UnitName(u, state_->num_units()), begin, out.ready);
+  return out;
 }
 
 void Worker::Span(StreamKind k, const std::string& name, const Event& begin, const Event& end) {

@@ -74,6 +74,16 @@ class Worker {
   at::Tensor GradBuffer(int u);  // fp32 [numel] on the device, ready to be written
   void Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
 
+  // Activation placement "host": a unit's saved inputs go to pinned host memory on the
+  // D2H stream after its forward, and come back on the H2D stream one unit ahead of
+  // their backward. Placement "device" keeps them where they are.
+  struct SavedInputs {
+    std::vector<at::Tensor> xs;  // per micro-batch
+    Event ready;                 // on the stream that produced xs
+  };
+  SavedInputs Offload(int u, std::vector<at::Tensor> xs, WorkerStepResult& r);
+  SavedInputs Restore(int u, SavedInputs saved, WorkerStepResult& r);
+
   at::Tensor HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
                           const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc,
                           at::Tensor& head_grad, at::Tensor& table_grad);
@@ -87,6 +97,7 @@ class Worker {
   const at::Device device_;
   const ParamRoute param_route_;
   const GradRoute grad_route_;
+  const bool offload_inputs_;  // policy.activations == "host"
   RopeTables rope_;
   std::unique_ptr<DeviceStreams> streams_;
   StepTrace* const trace_;
