@@ -25,6 +25,10 @@ struct FakeControl {
   int creates ABSL_GUARDED_BY(mu) = 0;
   int destroyed ABSL_GUARDED_BY(mu) = 0;
   int drains ABSL_GUARDED_BY(mu) = 0;
+  // Step() calls now blocked waiting for allowed_steps: a test that must act while a step
+  // is in flight waits for this to become 1 (a job seen RUNNING, or at step N, may not
+  // have entered its next Step() yet).
+  int blocked ABSL_GUARDED_BY(mu) = 0;
   std::vector<std::string> created_models ABSL_GUARDED_BY(mu);  // config.model per Create
   std::vector<std::string> exports ABSL_GUARDED_BY(mu);
 
@@ -49,7 +53,11 @@ class FakeTrainer final : public Trainer {
       auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_->mu) {
         return steps_ < control_->allowed_steps;
       };
-      control_->mu.Await(absl::Condition(&released));
+      if (!released()) {
+        ++control_->blocked;
+        control_->mu.Await(absl::Condition(&released));
+        --control_->blocked;
+      }
       if (control_->fail_at_step == steps_ + 1) return absl::InternalError("fake step failure");
     }
     ++steps_;

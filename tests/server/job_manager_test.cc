@@ -66,6 +66,13 @@ class JobManagerTest : public ::testing::Test {
   bool WaitStep(const std::string& id, int64_t step) {
     return WaitFor([&] { return Get(id).step() == step; }, 10s);
   }
+  // True once the running job's next Step() is blocked on FakeControl::allowed_steps.
+  bool WaitBlockedInStep() {
+    return WaitFor([&] {
+      absl::MutexLock lock(&control_->mu);
+      return control_->blocked == 1;
+    }, 10s);
+  }
 
   TempDir dir_;
   std::shared_ptr<FakeControl> control_ = std::make_shared<FakeControl>();
@@ -170,7 +177,8 @@ TEST_F(JobManagerTest, PauseStopsAtTheNextStepBoundaryAndResumeContinuesExactly)
 
   control_->Allow(3);
   const v1::Job job = Submit(10);
-  ASSERT_TRUE(WaitStep(job.id(), 3));  // step 4 is now blocked in Step()
+  ASSERT_TRUE(WaitStep(job.id(), 3));
+  ASSERT_TRUE(WaitBlockedInStep());  // step 4 is in flight
   absl::StatusOr<v1::Job> pausing = manager_->Pause(job.id());
   ASSERT_TRUE(pausing.ok()) << pausing.status();
   EXPECT_EQ(pausing->state(), v1::JOB_STATE_RUNNING);
@@ -221,6 +229,7 @@ TEST_F(JobManagerTest, CancelsQueuedRunningAndPausedJobs) {
   const v1::Job running = Submit(5);
   const v1::Job queued = Submit(5);
   ASSERT_TRUE(WaitState(running.id(), v1::JOB_STATE_RUNNING));
+  ASSERT_TRUE(WaitBlockedInStep());  // step 1 is in flight: cancel takes effect after it
   absl::StatusOr<v1::Job> c1 = manager_->Cancel(queued.id());
   ASSERT_TRUE(c1.ok());
   EXPECT_EQ(c1->state(), v1::JOB_STATE_CANCELLED);
@@ -253,7 +262,8 @@ TEST_F(JobManagerTest, RestartFindsEveryJobAsItWas) {
   control_->Allow(5);
   const v1::Job interrupted = Submit(50);
   const v1::Job queued = Submit(2);
-  ASSERT_TRUE(WaitStep(interrupted.id(), 5));  // step 6 is blocked in Step()
+  ASSERT_TRUE(WaitStep(interrupted.id(), 5));
+  ASSERT_TRUE(WaitBlockedInStep());  // step 6 is in flight
   std::thread stopper([&] { manager_->Shutdown(); });
   std::this_thread::sleep_for(50ms);
   control_->Allow(INT64_MAX);
