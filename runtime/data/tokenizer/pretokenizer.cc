@@ -17,6 +17,15 @@ constexpr char kWhiteSpace[] =
     "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
     "\\x{205F}\\x{3000}";
 
+// The same set as code points, for a quick test of a match.
+bool IsWhiteSpace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+bool AllWhiteSpace(absl::string_view s);  // below NextCodePoint
+
 // GPT-2's pattern, which ByteLevel applies itself when use_regex is true.
 constexpr char kGpt2Pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -112,6 +121,15 @@ char32_t NextCodePoint(absl::string_view s, size_t* i) {
   return cp;
 }
 
+namespace {
+bool AllWhiteSpace(absl::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    if (!IsWhiteSpace(NextCodePoint(s, &i))) return false;
+  }
+  return true;
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(absl::string_view onig_pattern,
                                                                      bool remove_matches) {
   absl::StatusOr<TranslatedPattern> t = TranslateOnigurumaPattern(onig_pattern);
@@ -139,14 +157,22 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(absl::strin
 RegexSplitter::~RegexSplitter() = default;
 
 void RegexSplitter::Split(absl::string_view text, std::vector<absl::string_view>* out) const {
-  const int groups = lookahead_group_ + 1 > 1 ? lookahead_group_ + 1 : 1;
   re2::StringPiece m[16];  // RE2 of Debian 12 predates its absl::string_view API
   const re2::StringPiece whole(text.data(), text.size());
   size_t pos = 0;
   while (pos < text.size()) {
-    if (!re_->Match(whole, pos, text.size(), RE2::UNANCHORED, m, groups)) break;
+    // The match's bounds alone: RE2's DFA finds them several times faster than a search
+    // with submatches, which only a match of nothing but whitespace needs (below).
+    if (!re_->Match(whole, pos, text.size(), RE2::UNANCHORED, m, 1)) break;
     size_t start = m[0].data() - text.data();
     size_t end = start + m[0].size();
+    bool lookahead = false;  // the match is the `\s+(?!\S)` alternative's
+    if (lookahead_group_ > 0 && end > start && end < text.size() &&
+        AllWhiteSpace(text.substr(start, end - start))) {
+      re2::StringPiece g[16];
+      lookahead = re_->Match(whole, start, text.size(), RE2::ANCHOR_START, g, lookahead_group_ + 1) &&
+                  g[lookahead_group_].data() != nullptr;
+    }
     if (end == start) {  // an empty match: step over one character, as the splitter does
       size_t next = start;
       NextCodePoint(text, &next);
@@ -155,7 +181,7 @@ void RegexSplitter::Split(absl::string_view text, std::vector<absl::string_view>
       pos = next;
       continue;
     }
-    if (lookahead_group_ > 0 && m[lookahead_group_].data() != nullptr && end < text.size()) {
+    if (lookahead) {
       // \s+(?!\S) before a non-space: give the last whitespace character back, unless
       // it is the only one (then `\s+`, the next alternative, takes it: the same piece).
       size_t last = start, k = start;
