@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One GPU-host session in one command: build from the carried Debian packages (.deps, see
+# deploy/fetch-debs.sh), the CUDA tests, then benchmarks, each step capped so that the
+# whole run ends within $BUDGET seconds (steps that no longer fit are skipped and say
+# so). Logs and traces go to $OUT/r and are packed into $OUT/results.tgz; the summary
+# (each step's verdict and the tail of its log) to $OUT/summary.txt.
+#   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
+# Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
+# long32k bench16 bench7b plain fsdp2 export alltests.
+cd "$(dirname "$0")/../.."
+START=$(date +%s); DEADLINE=$((START + ${BUDGET:-560}))
+OUT=${OUT:-/tmp/h200_session}; R=$OUT/r; mkdir -p "$R"
+log() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$R/summary.txt"; }
+pack() { cp "$R/summary.txt" "$OUT/summary.txt"; tar czf "$OUT/results.tgz" -C "$OUT" r && rm -rf "$R"; }
+trap pack EXIT
+step() { # NAME CAP CMD...: runs CMD with at most CAP seconds (less if the budget is short)
+  local name=$1 cap=$2; shift 2
+  local left=$((DEADLINE - $(date +%s)))
+  (( left < 20 )) && { log "SKIP $name (no time left)"; return 1; }
+  (( cap > left )) && cap=$left
+  log "BEGIN $name (cap ${cap}s)"
+  timeout -k 5 "$cap" "$@" > "$R/$name.log" 2>&1; local rc=$?
+  log "END $name rc=$rc"; tail -n "${TAILN:-6}" "$R/$name.log" | sed 's/^/    /' | tee -a "$R/summary.txt"
+  return $rc
+}
+export LD_LIBRARY_PATH=/opt/slidedp-deps/usr/lib/x86_64-linux-gnu
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.txt" 2>&1
+free -g >> "$R/gpu.txt"
+B=build-gpu/tests/bench
+SB="$B/step_bench --model=qwen2.5-3b --steps=4 --prefetch=2"
+for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k bench16}; do
+  case $s in
+    build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench}" \
+             step build 330 deploy/gpu-host-build.sh --runtime-only build-gpu || { tail -60 "$R/build.log"; exit 1; } ;;
+    cudatests) TAILN=40 step cudatests 150 build-gpu/tests/slidedp_runtime_tests \
+             --gtest_filter='*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*' ;;
+    tok) TAILN=8 step tok 90 bash -c '
+           set -e; c=/tmp/tok_corpus.jsonl
+           python3 tests/bench/tokenize_baseline.py make-corpus $c --mb 16
+           for t in qwen2 llama3; do
+             f=tests/reference/fixtures/tokenizer/$t/tokenizer.json
+             taskset -c 0,1 build-gpu/tests/bench/tokenize_bench --tokenizer=$f --corpus=$c --threads=2
+             taskset -c 0,1 python3 tests/bench/tokenize_baseline.py run $f $c --threads 2
+           done' ;;
+    bench4) TAILN=8 step bench4 110 $SB --micro_batch_size=1 --grad_accum=4 --trace="$R/trace_3b_4x4096.json" ;;
+    bench4host) TAILN=8 step bench4host 110 $SB --micro_batch_size=1 --grad_accum=4 --activations=host ;;
+    bench4noclip) TAILN=8 step bench4noclip 110 $SB --micro_batch_size=1 --grad_accum=4 --no_clip=1 ;;
+    long32k) TAILN=8 step long32k 120 $B/step_bench --model=qwen2.5-3b --steps=3 --prefetch=2 --seq_len=32768 \
+             --micro_batch_size=1 --grad_accum=1 --activations=host --loss_chunk=4096 ;;
+    bench16) TAILN=8 step bench16 150 $SB --micro_batch_size=4 --grad_accum=4 ;;
+    bench7b) TAILN=8 step bench7b 300 $B/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=4 --steps=3 --prefetch=2 ;;
+    plain) step plain 90 python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 ;;
+    fsdp2) step fsdp2 120 python3 tests/bench/torch_baseline.py --mode fsdp2_offload --shape qwen2.5-3b --batch 4 --seq 4096 ;;
+    export) step export 90 tests/reference/check_trained_export.sh build-gpu ;;
+    alltests) TAILN=30 step alltests 200 build-gpu/tests/slidedp_runtime_tests ;;
+    *) log "unknown step $s" ;;
+  esac
+done
+log done
