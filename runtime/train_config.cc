@@ -55,6 +55,7 @@ void VisitFields(PolicyConfig& p, V& v) {
   v.Field("grad_route", p.grad_route);
   v.Field("activations", p.activations);
   v.Field("loss_chunk_tokens", p.loss_chunk_tokens);
+  v.Field("mlp_tile_tokens", p.mlp_tile_tokens);
   v.Field("update_threads", p.update_threads);
   v.Field("grad_landing", p.grad_landing);
 }
@@ -436,8 +437,9 @@ Check CheckPolicy(const PolicyConfig& p) {
                       {"gather_host", "reduce_scatter", "reduce_one"})) {
     return c;
   }
-  if (Check c = OneOf("policy.activations", p.activations, {"device", "host"})) return c;
+  if (Check c = OneOf("policy.activations", p.activations, {"device", "host", "auto"})) return c;
   if (Check c = AtLeast<int64_t>("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1)) return c;
+  if (Check c = AtLeast<int64_t>("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0)) return c;
   if (Check c = OneOf("policy.grad_landing", p.grad_landing, {"auto", "fp32", "bf16"})) return c;
   return InRange("policy.update_threads", p.update_threads, 0, 1024);
 }

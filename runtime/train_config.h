@@ -39,8 +39,14 @@ struct PolicyConfig {
   int prefetch_depth = 1;           // units fetched ahead of compute
   std::string param_route = "replicate";    // replicate | scatter_allgather
   std::string grad_route = "gather_host";   // gather_host | reduce_scatter | reduce_one
-  std::string activations = "device";       // device | host
+  // Where layer inputs wait for backward: device | host | auto (host when one step's
+  // inputs would take more than 40% of the GPU's memory).
+  std::string activations = "auto";
   int64_t loss_chunk_tokens = 1024;         // sequence positions per LM-head chunk
+  // Sequence positions per MLP tile (its [rows, tile, FFN] intermediates are the largest
+  // tensors of a block; tiles are recomputed in backward). 0: the whole sequence while
+  // one intermediate fits in 1 GiB, else the tile that does (AutoMlpTile).
+  int64_t mlp_tile_tokens = 0;
   int update_threads = 0;                   // CPU AdamW threads, 0: all cores
   // Where gradients land in host memory: "fp32" (a 4-byte buffer per parameter),
   // "bf16" (in the streamed bf16 copy: 14 bytes per parameter in all, needs bf16

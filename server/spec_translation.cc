@@ -81,6 +81,7 @@ void ApplyPolicy(const v1::PolicySpec& p, PolicyConfig* c) {
   Take(p.has_activations(), p.activations(), &c->activations);
   Take(p.has_loss_chunk_tokens(), p.loss_chunk_tokens(), &c->loss_chunk_tokens);
   Take(p.has_update_threads(), p.update_threads(), &c->update_threads);
+  Take(p.has_mlp_tile_tokens(), p.mlp_tile_tokens(), &c->mlp_tile_tokens);
 }
 
 bool LooksLikePath(const std::string& model) {
@@ -205,6 +206,7 @@ v1::JobSpec TrainConfigToJobSpec(const TrainConfig& c) {
   p->set_activations(c.policy.activations);
   p->set_loss_chunk_tokens(c.policy.loss_chunk_tokens);
   p->set_update_threads(c.policy.update_threads);
+  p->set_mlp_tile_tokens(c.policy.mlp_tile_tokens);
   s.set_log_every(c.log_every);
   s.set_max_bad_steps(c.max_bad_steps);
   return s;

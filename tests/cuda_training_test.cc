@@ -37,7 +37,8 @@ at::Tensor Read(const SafetensorsFile& f, const std::string& name) {
 
 // `variant` is the gradient landing ("bf16" or "fp32"), optionally followed by
 // "+host_activations" (layer inputs offloaded to pinned host memory between forward and
-// backward) and "+prefetch2" (two units fetched ahead of compute).
+// backward), "+prefetch2" (two units fetched ahead of compute) and "+mlp_tiles" (the MLP
+// in tiles of a third of the sequence plus one, recomputed tile by tile in backward).
 TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   TrainConfig c;
   c.model = kDir + "/model";
@@ -62,6 +63,7 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   c.policy.grad_landing = variant.substr(0, variant.find('+'));
   if (variant.find("+host_activations") != std::string::npos) c.policy.activations = "host";
   if (variant.find("+prefetch2") != std::string::npos) c.policy.prefetch_depth = 2;
+  if (variant.find("+mlp_tiles") != std::string::npos) c.policy.mlp_tile_tokens = c.seq_len / 3 + 1;
   return c;
 }
 
@@ -117,7 +119,7 @@ TEST_P(CudaTrainingTest, FiveStepsMatchPyTorchBf16Autocast) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GradLanding, CudaTrainingTest,
-                         ::testing::Values("bf16", "fp32", "bf16+host_activations+prefetch2"),
+                         ::testing::Values("bf16", "fp32", "bf16+host_activations+prefetch2+mlp_tiles"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (ch == '+') ch = '_';

@@ -243,5 +243,19 @@ TEST(EngineExactnessMore, HostActivationsEqualPlainAutograd) {
   ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
 }
 
+TEST(EngineExactnessMore, TiledMlpWithHostActivationsEqualsPlainAutograd) {
+  // The long-sequence settings: the MLP in tiles of 5 positions (the last one shorter),
+  // recomputed tile by tile in backward, and layer inputs in host memory; the reference
+  // computes every MLP whole.
+  const ModelConfig c = TinyShape(ModelFamily::kQwen3);
+  const std::string dir = ::testing::TempDir() + "/exact_tiled_mlp";
+  std::filesystem::remove_all(dir);
+  Weights init = MakeModelDir(c, dir + "/init", 17);
+  TrainConfig tc = BaseConfig(dir + "/init");
+  tc.policy.mlp_tile_tokens = 5;
+  tc.policy.activations = "host";
+  ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
+}
+
 }  // namespace
 }  // namespace slidedp

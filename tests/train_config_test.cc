@@ -55,6 +55,7 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.policy.grad_route, b.policy.grad_route);
   EXPECT_EQ(a.policy.activations, b.policy.activations);
   EXPECT_EQ(a.policy.loss_chunk_tokens, b.policy.loss_chunk_tokens);
+  EXPECT_EQ(a.policy.mlp_tile_tokens, b.policy.mlp_tile_tokens);
   EXPECT_EQ(a.policy.update_threads, b.policy.update_threads);
   EXPECT_EQ(a.log_every, b.log_every);
 }
@@ -96,6 +97,7 @@ policy:
   grad_route: reduce_scatter
   activations: host
   loss_chunk_tokens: 512
+  mlp_tile_tokens: 2048
   update_threads: 6
 log_every: 10
 )";
@@ -135,6 +137,7 @@ TEST(TrainConfigTest, ParsesFullYaml) {
   EXPECT_EQ(c->policy.grad_route, "reduce_scatter");
   EXPECT_EQ(c->policy.activations, "host");
   EXPECT_EQ(c->policy.loss_chunk_tokens, 512);
+  EXPECT_EQ(c->policy.mlp_tile_tokens, 2048);
   EXPECT_EQ(c->policy.update_threads, 6);
   EXPECT_EQ(c->log_every, 10);
   EXPECT_EQ(c->tokens_per_step(), 2 * 8 * 4 * 2048);
@@ -322,6 +325,7 @@ TEST(TrainConfigErrorTest, EveryValidationRuleNamesItsField) {
       {"policy: {prefetch_depth: 0}", "policy.prefetch_depth"},
       {"policy: {prefetch_depth: 9}", "policy.prefetch_depth"},
       {"policy: {loss_chunk_tokens: 0}", "policy.loss_chunk_tokens"},
+      {"policy: {mlp_tile_tokens: -1}", "policy.mlp_tile_tokens"},
       {"policy: {update_threads: -1}", "policy.update_threads"},
       {"log_every: 0", "log_every"},
   };

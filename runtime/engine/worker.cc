@@ -1,6 +1,7 @@
 // Worker: see worker.h. The step loop of one worker reads top to bottom in Step().
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
+#include "runtime/model/tiled_mlp.h"
 
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -31,6 +32,18 @@ std::string UnitName(int u, int units) {
   if (u == 0) return "embed";
   if (u == units - 1) return "head";
   return absl::StrCat("block ", u - 1);
+}
+
+// Activation placement: "host" and "device" as asked; "auto" offloads when the layer
+// inputs one step keeps (every block's input for every micro-batch) would take more
+// than 40% of the device's memory. The CPU device never offloads.
+bool OffloadInputs(const TrainConfig& config, const HostState& state, DeviceStreams* streams) {
+  if (config.policy.activations != "auto") return config.policy.activations == "host";
+  const ModelConfig& m = state.config();
+  const int64_t kept = m.num_layers * config.grad_accum * config.micro_batch_size * config.seq_len *
+                       m.hidden_size * static_cast<int64_t>(at::elementSize(state.compute_dtype()));
+  const int64_t total = streams->MemoryTotal();
+  return total > 0 && kept > total / 10 * 4;
 }
 
 absl::Status FromException(const std::exception& e) {
@@ -67,7 +80,11 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       device_(device),
       param_route_(*ParseParamRoute(config.policy.param_route)),
       grad_route_(*ParseGradRoute(config.policy.grad_route)),
-      offload_inputs_(config.policy.activations == "host"),
+      offload_inputs_(OffloadInputs(config, *state, streams.get())),
+      mlp_tile_(config.policy.mlp_tile_tokens > 0
+                    ? config.policy.mlp_tile_tokens
+                    : AutoMlpTile(config.micro_batch_size, config.seq_len, state->config().intermediate_size,
+                                  at::elementSize(state->compute_dtype()))),
       rope_(MakeRope(state->config(), config.seq_len, device)),
       streams_(std::move(streams)),
       trace_(trace),
@@ -180,7 +197,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     for (int u = 1; u < head; ++u) {
       const BlockParams p = ViewBlock(layout.units[u], Acquire(item));
       saved[u] = Offload(u, h, r);
-      for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], rope_);
+      for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], rope_, mlp_tile_);
       Release(item++);
       FetchNext(step, r);
     }
@@ -222,7 +239,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     for (size_t mb = 0; mb < MB; ++mb) {
       at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
       inputs.xs[mb] = at::Tensor();
-      at::Tensor y = BlockForward(cfg, p, x, rope_);
+      at::Tensor y = BlockForward(cfg, p, x, rope_, mlp_tile_);
       y.backward(grad_h[mb]);
       grad_h[mb] = x.grad();
       for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);

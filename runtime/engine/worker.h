@@ -97,7 +97,8 @@ class Worker {
   const at::Device device_;
   const ParamRoute param_route_;
   const GradRoute grad_route_;
-  const bool offload_inputs_;  // policy.activations == "host"
+  const bool offload_inputs_;  // policy.activations: "host", or "auto" and too large for the GPU
+  const int64_t mlp_tile_;     // sequence positions per MLP tile (policy.mlp_tile_tokens or auto)
   RopeTables rope_;
   std::unique_ptr<DeviceStreams> streams_;
   StepTrace* const trace_;

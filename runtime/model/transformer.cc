@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "runtime/data/dataset.h"
+#include "runtime/model/tiled_mlp.h"
 
 namespace slidedp {
 namespace {
@@ -162,7 +163,7 @@ at::Tensor EmbeddingForward(const at::Tensor& table, const at::Tensor& ids) {
 }
 
 at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
-                        const RopeTables& rope) {
+                        const RopeTables& rope, int64_t mlp_tile) {
   const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
 
@@ -197,9 +198,8 @@ at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Te
   at::Tensor x1 = x + Linear(a, p.o_w, p.o_b);
 
   at::Tensor h2 = RmsNorm(x1, p.post_norm, c.rms_norm_eps);
-  at::Tensor g = at::silu(Linear(h2, p.gate_w, p.gate_b));
-  at::Tensor u = Linear(h2, p.up_w, p.up_b);
-  return x1 + Linear(g * u, p.down_w, p.down_b);
+  const MlpWeights mlp{p.gate_w, p.gate_b, p.up_w, p.up_b, p.down_w, p.down_b};
+  return x1 + TiledMlp(mlp, h2, mlp_tile);
 }
 
 at::Tensor HeadLogits(const ModelConfig& c, const at::Tensor& norm_weight, const at::Tensor& lm_head,

@@ -39,9 +39,11 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // ids [B, T] (int64) -> hidden [B, T, H] in the table's dtype.
 at::Tensor EmbeddingForward(const at::Tensor& table, const at::Tensor& ids);
 
-// One decoder block: x [B, T, H] -> [B, T, H]. Causal attention over each row.
+// One decoder block: x [B, T, H] -> [B, T, H]. Causal attention over each row. With
+// mlp_tile > 0 (and < T), the MLP runs in sequence tiles of that many positions and is
+// recomputed tile by tile in backward (tiled_mlp.h).
 at::Tensor BlockForward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
-                        const RopeTables& rope);
+                        const RopeTables& rope, int64_t mlp_tile = 0);
 
 // The head unit's final-norm weight and LM-head matrix: views into `head` ([numel] of
 // the head unit), the LM head being the embedding table `table` (a view of unit 0's

@@ -6,7 +6,7 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 bench7b plain fsdp2 export alltests.
+# long32k bench16 (then, by name: long128k bench64 bench7b32 bench7b plain fsdp2 export alltests).
 cd "$(dirname "$0")/../.."
 START=$(date +%s); DEADLINE=$((START + ${BUDGET:-560}))
 OUT=${OUT:-/tmp/h200_session}; R=$OUT/r; mkdir -p "$R"
@@ -33,7 +33,7 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench}" \
              step build 330 deploy/gpu-host-build.sh --runtime-only build-gpu || { tail -60 "$R/build.log"; exit 1; } ;;
     cudatests) TAILN=40 step cudatests 150 build-gpu/tests/slidedp_runtime_tests \
-             --gtest_filter='*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*' ;;
+             --gtest_filter='*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*:*Tiled*:EngineExactness*' ;;
     tok) TAILN=8 step tok 90 bash -c '
            set -e; c=/tmp/tok_corpus.jsonl
            python3 tests/bench/tokenize_baseline.py make-corpus $c --mb 16
@@ -47,6 +47,10 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     bench4noclip) TAILN=8 step bench4noclip 110 $SB --micro_batch_size=1 --grad_accum=4 --no_clip=1 ;;
     long32k) TAILN=8 step long32k 120 $B/step_bench --model=qwen2.5-3b --steps=3 --prefetch=2 --seq_len=32768 \
              --micro_batch_size=1 --grad_accum=1 --activations=host --loss_chunk=4096 ;;
+    long128k) TAILN=8 step long128k 150 $B/step_bench --model=qwen2.5-3b --steps=2 --prefetch=2 --seq_len=131072 \
+             --micro_batch_size=1 --grad_accum=1 --loss_chunk=4096 ;;
+    bench64) TAILN=8 step bench64 120 $SB --micro_batch_size=4 --grad_accum=16 --steps=3 ;;
+    bench7b32) TAILN=8 step bench7b32 200 $B/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=8 --steps=3 --prefetch=2 ;;
     bench16) TAILN=8 step bench16 150 $SB --micro_batch_size=4 --grad_accum=4 ;;
     bench7b) TAILN=8 step bench7b 300 $B/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=4 --steps=3 --prefetch=2 ;;
     plain) step plain 90 python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 ;;

@@ -2,7 +2,7 @@
 // behind the step-time figures of tests/bench/RESULTS.md.
 // Usage: step_bench [--model=qwen2.5-3b] [--device=cuda] [--workers=1] [--seq_len=4096]
 //                   [--micro_batch_size=1] [--grad_accum=4] [--steps=4] [--loss_chunk=4096]
-//                   [--prefetch=1] [--grad_landing=auto] [--activations=device|host] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
+//                   [--prefetch=1] [--grad_landing=auto] [--activations=auto|device|host] [--mlp_tile=0] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
 // Prints every step, then the mean of the steps after the first: s/step, tokens/s,
 // model FLOPs utilization (6 x params x tokens + attention, over 790 TFLOP/s), PCIe
 // bytes per step against the minimum (2 bytes a parameter each way), peak RSS.
@@ -46,7 +46,8 @@ int Main(int argc, char** argv) {
   c.policy.loss_chunk_tokens = std::stoll(Flag(argc, argv, "loss_chunk", "4096"));
   c.policy.prefetch_depth = std::stoi(Flag(argc, argv, "prefetch", "1"));
   c.policy.grad_landing = Flag(argc, argv, "grad_landing", "auto");
-  c.policy.activations = Flag(argc, argv, "activations", "device");
+  c.policy.activations = Flag(argc, argv, "activations", "auto");
+  c.policy.mlp_tile_tokens = std::stoll(Flag(argc, argv, "mlp_tile", "0"));
   c.policy.grad_route = Flag(argc, argv, "grad_route", "gather_host");
   c.policy.param_route = Flag(argc, argv, "param_route", "replicate");
   c.trace_file = Flag(argc, argv, "trace", "");
