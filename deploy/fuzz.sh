@@ -11,10 +11,9 @@ cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 shift || true
 all=(safetensors config token_file jsonl train_config spec_file checkpoint)
-# jsonl and spec_file crash today (uncaught nlohmann exceptions: a number out of range
-# in runtime/data/jsonl_tokens.cc, invalid UTF-8 in client/spec_file.cc's dump()); they
-# join the default set once fixed. Run them by name: deploy/fuzz.sh 20 jsonl spec_file
-default=(safetensors config token_file train_config checkpoint)
+# Every target: jsonl and spec_file, which once crashed (tests/fuzz/crashes holds the
+# inputs, fixed since), are back in the set.
+default=("${all[@]}")
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=("${default[@]}")
 out=build-fuzz
@@ -62,6 +61,16 @@ for p in "${pids[@]}"; do wait "${p%%:*}" || { cat "$out/${p#*:}_build.log"; exi
 
 failed=()
 for t in "${targets[@]}"; do
+  # Inputs that once crashed this target run first, as they are: a regression fails here.
+  for crash in tests/fuzz/crashes/"${t}"_*; do
+    [[ -e "$crash" ]] || continue
+    if ! "$out/${t}_fuzz" "$crash" >"$out/${t}_regression.log" 2>&1; then
+      echo "fuzz: $t crashes again on $crash; log $out/${t}_regression.log:"
+      tail -n 40 "$out/${t}_regression.log"
+      failed+=("$t")
+      continue 2
+    fi
+  done
   mkdir -p "$out/corpus/$t"
   log="$out/${t}_run.log"
   set +e
