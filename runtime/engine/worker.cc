@@ -191,9 +191,11 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   t0 = MonotonicSeconds();
   const int head_item = item++;
   const at::Tensor head_slot = Acquire(head_item);
+  // At prefetch depth 1 the next fetch is the tied table's: issued before its slot is
+  // taken, so that the compute stream waits for that fetch and not an older one.
+  FetchNext(step, r);
   const int table_item = tied ? item++ : -1;
   const at::Tensor table_slot = tied ? Acquire(table_item) : at::Tensor();  // the head's weight is unit 0's table
-  FetchNext(step, r);
   if (tied) FetchNext(step, r);
   at::Tensor head_grad = GradBuffer(head);
   at::Tensor emb_grad = GradBuffer(0);
