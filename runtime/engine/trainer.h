@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/data/dataset.h"
 #include "runtime/model/model_config.h"
 #include "runtime/train_config.h"
 
@@ -55,11 +56,19 @@ struct StepStats {
   std::string bottleneck;
 };
 
+// What the trainer reads besides its config.
+struct TrainerInputs {
+  std::unique_ptr<Dataset> train;  // null: OpenDataset(config.data, ...)
+};
+
 class Trainer {
  public:
   // Validates the config, builds or loads the model, opens the data, allocates the host
   // state and per-worker buffers. Errors name the field or file at fault.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config);
+  // The same with the training data given by the caller (for config.seq_len and the
+  // model's vocabulary).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config, TrainerInputs inputs);
   virtual ~Trainer() = default;
 
   // Runs the next optimizer step. A step with a non-finite loss or gradient applies no
