@@ -1,7 +1,7 @@
 // The streaming engine against plain LibTorch autograd on the whole model with a
 // straightforward AdamW (fp32): W workers x micro-batches, chunked units, the routes,
 // clipping on and off, document masking, must give the same weights after 5 steps
-// within 1e-5 relative.
+// within 1e-5 relative; its held-out evaluation the loss of a plain forward.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -176,13 +176,14 @@ TrainConfig BaseConfig(const std::string& model_dir) {
 }
 
 Weights RunEngine(const TrainConfig& tc, const ModelConfig& c, const std::string& out,
-                  TrainerInputs inputs = {}) {
+                  TrainerInputs inputs = {}, std::vector<StepStats>* stats = nullptr) {
   auto trainer = Trainer::Create(tc, std::move(inputs));
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   for (int64_t s = 0; s < tc.steps; ++s) {
     auto st = (*trainer)->Step();
     EXPECT_TRUE(st.ok()) << st.status();
     EXPECT_TRUE(std::isfinite(st->loss));
+    if (stats != nullptr) stats->push_back(*st);
   }
   EXPECT_TRUE((*trainer)->ExportHf(out).ok());
   return ReadModelDir(c, out);
@@ -290,6 +291,57 @@ TEST_P(DocumentMaskExactness, FiveStepsMatchPlainAutograd) {
 INSTANTIATE_TEST_SUITE_P(Families, DocumentMaskExactness,
                          ::testing::Values(std::make_tuple(ModelFamily::kQwen2, "replicate"),
                                            std::make_tuple(ModelFamily::kQwen3, "scatter_allgather")));
+
+// The held-out loss the engine reports after steps 2 and 3 (interval 2, and the last
+// step) equals the plain forward's mean loss over the eval set's first batches with the
+// weights of that step: each evaluation restarts the eval data.
+TEST(EngineEval, EvalLossEqualsPlainForwardOfTheStepsWeights) {
+  const ModelConfig c = TinyShape(ModelFamily::kQwen2);  // tied head: the table is fetched for eval too
+  const std::string dir = ::testing::TempDir() + "/exact_eval";
+  std::filesystem::remove_all(dir);
+  MakeModelDir(c, dir + "/init", 19);
+  TrainConfig tc = BaseConfig(dir + "/init");
+  tc.steps = 3;
+  tc.policy.param_route = "scatter_allgather";
+  DataConfig held_out = tc.data;
+  held_out.shuffle = false;
+  const uint64_t eval_seed = 99;
+  TrainerInputs inputs;
+  inputs.train = OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed);
+  inputs.eval.dataset = OpenDocuments(held_out, tc.seq_len, c.vocab_size, eval_seed);
+  inputs.eval.interval = 2;
+  inputs.eval.batches = 2;
+  std::vector<StepStats> stats;
+  const Weights last = RunEngine(tc, c, dir + "/out", std::move(inputs), &stats);
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_FALSE(stats[0].eval_loss.has_value());
+  EXPECT_EQ(stats[0].eval_tokens, 0);
+  ASSERT_TRUE(stats[1].eval_loss.has_value());
+  ASSERT_TRUE(stats[2].eval_loss.has_value());
+
+  // Steps 1..2 again, for the weights after step 2 (the same trajectory: the eval
+  // changed nothing, which tests/trainer_eval_test.cc checks bit for bit).
+  TrainConfig two = tc;
+  two.steps = 2;
+  TrainerInputs again;
+  again.train = OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed);
+  const Weights after2 = RunEngine(two, c, dir + "/two", std::move(again));
+  const ModelLayout layout = BuildLayout(c);
+  for (const auto& [weights, stat] : {std::make_pair(&after2, &stats[1]), std::make_pair(&last, &stats[2])}) {
+    std::unique_ptr<Dataset> eval = OpenDocuments(held_out, tc.seq_len, c.vocab_size, eval_seed);
+    double sum = 0;
+    int64_t tokens = 0;
+    at::NoGradGuard no_grad;
+    for (int b = 0; b < 2; ++b) {
+      const BatchTensors t = ToTensors(*eval->Next(tc.global_batch_sequences()));
+      sum += MeanLoss(c, layout, Flats(layout, *weights), t).item<double>() * static_cast<double>(t.target_tokens);
+      tokens += t.target_tokens;
+    }
+    EXPECT_EQ(stat->eval_tokens, tokens);
+    EXPECT_NEAR(*stat->eval_loss, sum / static_cast<double>(tokens), 1e-5 * sum / tokens) << "step " << stat->step;
+  }
+  EXPECT_NE(*stats[1].eval_loss, *stats[2].eval_loss);
+}
 
 }  // namespace
 }  // namespace slidedp

@@ -97,8 +97,10 @@ constexpr int64_t kTraceSteps = 8;
 class EngineTrainer final : public Trainer {
  public:
   EngineTrainer(const TrainConfig& config, const ModelConfig& model, std::unique_ptr<HostState> state,
-                std::unique_ptr<Dataset> data)
-      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)) {}
+                std::unique_ptr<Dataset> data, EvalOptions eval)
+      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)), eval_(std::move(eval)) {
+    if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
+  }
 
   // Allocates the shared route state, the update pipeline and the workers (device
   // buffers included): errors such as a GPU out of memory come back here.
@@ -174,7 +176,8 @@ class EngineTrainer final : public Trainer {
   // `what` and the worker.
   absl::StatusOr<std::vector<WorkerStepResult>> OnEveryWorker(
       const std::string& what, const std::function<absl::StatusOr<WorkerStepResult>(int)>& run);
-
+  // The held-out evaluation after completed_steps() steps, into s.eval_*.
+  absl::Status Evaluate(StepStats& s);
   // The host state's buffers, unit by unit, for checkpoint files.
   std::vector<CheckpointUnit> CheckpointUnits();
   // After a step: counts non-finite steps (failing after max_bad_steps in a row) and
@@ -185,6 +188,8 @@ class EngineTrainer final : public Trainer {
   const ModelConfig model_;
   std::unique_ptr<HostState> state_;
   std::unique_ptr<Dataset> data_;
+  EvalOptions eval_;
+  std::string eval_start_;  // eval_.dataset's cursor when the trainer was created
   std::unique_ptr<RouteShared> shared_;
   std::unique_ptr<StepTrace> trace_;
   std::unique_ptr<UpdatePipeline> pipeline_;
@@ -326,6 +331,34 @@ absl::StatusOr<std::vector<WorkerStepResult>> EngineTrainer::OnEveryWorker(
   return out;
 }
 
+absl::Status EngineTrainer::Evaluate(StepStats& s) {
+  const double t0 = MonotonicSeconds();
+  const std::string what = absl::StrCat("evaluation after step ", step_);
+  if (absl::Status st = eval_.dataset->Restore(eval_start_); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat(what, ": restarting the eval data: ", st.message()));
+  }
+  double loss_sum = 0.0;
+  int64_t tokens = 0;
+  for (int64_t b = 0; b < eval_.batches; ++b) {
+    absl::StatusOr<TokenBatch> batch = eval_.dataset->Next(config_.global_batch_sequences());
+    int64_t batch_tokens = 0;
+    absl::StatusOr<std::vector<WorkerBatch>> parts =
+        batch.ok() ? Split(*batch, &batch_tokens) : absl::StatusOr<std::vector<WorkerBatch>>(batch.status());
+    if (!parts.ok()) {
+      return absl::Status(parts.status().code(), absl::StrCat(what, ", batch ", b + 1, ": ", parts.status().message()));
+    }
+    absl::StatusOr<std::vector<WorkerStepResult>> results =
+        OnEveryWorker(what, [&](int w) { return workers_[w]->RunEval(step_, (*parts)[w]); });
+    if (!results.ok()) return results.status();
+    for (const WorkerStepResult& r : *results) loss_sum += r.loss_sum;
+    tokens += batch_tokens;
+  }
+  s.eval_loss = tokens > 0 ? loss_sum / static_cast<double>(tokens) : std::nan("");
+  s.eval_tokens = tokens;
+  s.eval_seconds = MonotonicSeconds() - t0;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepStats> EngineTrainer::Step() {
   const double t0 = MonotonicSeconds();
   absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
@@ -371,6 +404,10 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
     if (absl::Status w = trace_->Write(config_.trace_file); !w.ok()) return w;
   }
   if (absl::Status st = AfterStep(u, s); !st.ok()) return st;
+  const bool eval_due = step_ == config_.steps || (eval_.interval > 0 && step_ % eval_.interval == 0);
+  if (eval_.dataset != nullptr && eval_due) {
+    if (absl::Status st = Evaluate(s); !st.ok()) return st;
+  }
   return s;
 }
 
@@ -382,6 +419,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, TrainerInputs inputs) {
   if (absl::Status s = ValidateTrainConfig(config); !s.ok()) return s;
+  if (inputs.eval.interval < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("eval_interval ", inputs.eval.interval, " is not >= 0"));
+  }
+  if (inputs.eval.batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("eval_batches ", inputs.eval.batches, " is not >= 1"));
+  }
   const bool cuda = config.device == "cuda";
   if (cuda && (!at::hasCUDA() || at::getNumGPUs() < static_cast<size_t>(config.workers))) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -423,7 +466,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
     if (!data.ok()) return data.status();
     inputs.train = std::move(*data);
   }
-  auto trainer = std::make_unique<EngineTrainer>(config, *model, std::move(state), std::move(inputs.train));
+  auto trainer = std::make_unique<EngineTrainer>(config, *model, std::move(state), std::move(inputs.train),
+                                                 std::move(inputs.eval));
   try {
     if (absl::Status s = trainer->Init(); !s.ok()) return s;
   } catch (const std::exception& e) {

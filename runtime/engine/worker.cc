@@ -145,6 +145,16 @@ absl::StatusOr<WorkerStepResult> Worker::RunStep(int64_t step, const WorkerBatch
   return r;
 }
 
+absl::StatusOr<WorkerStepResult> Worker::RunEval(int64_t step, const WorkerBatch& batch) {
+  try {
+    WorkerStepResult r = Eval(step, batch);
+    spans_.clear();  // not traced: the trace shows the steps
+    return r;
+  } catch (const std::exception& e) {
+    return FromException(e);
+  }
+}
+
 WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv_tokens) {
   const ModelConfig& cfg = state_->config();
   const ModelLayout& layout = state_->layout();
@@ -216,6 +226,28 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   Land(0, step, emb_grad, r);
   r.backward_seconds = MonotonicSeconds() - t0;
   r.loss_sum = loss_acc.item<double>();  // the step's end: waits for the compute stream
+  return r;
+}
+
+WorkerStepResult Worker::Eval(int64_t step, const WorkerBatch& batch) {
+  const int head = state_->num_units() - 1;
+  const bool tied = state_->layout().units[head].uses_tied_embedding;
+  WorkerStepResult r;
+  const std::unique_ptr<StreamUse> on_compute = streams_->Use(StreamKind::kCompute);
+  const DeviceBatch in = ToDevice(batch);
+  // The step's fetch schedule up to the head (and the tied table).
+  StartFetches(step, head + (tied ? 2 : 1), r);
+  const double t0 = MonotonicSeconds();
+  std::vector<at::Tensor> h = Forward(step, in, /*saved=*/nullptr, r);
+  const HeadSlots slots = AcquireHead(step, r);
+  at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  for (size_t mb = 0; mb < h.size(); ++mb) {
+    loss_acc.add_(HeadLossSum(h[mb], in.targets[mb], slots.head, slots.table));
+    h[mb] = at::Tensor();
+  }
+  ReleaseHead();
+  r.loss_sum = loss_acc.item<double>();  // waits for the compute stream
+  r.forward_seconds = MonotonicSeconds() - t0;
   return r;
 }
 
@@ -397,6 +429,21 @@ Worker::SavedInputs Worker::Restore(int u, SavedInputs saved, WorkerStepResult& 
 
 void Worker::Span(StreamKind k, const std::string& name, const Event& begin, const Event& end) {
   if (trace_ != nullptr && streams_->is_cuda()) spans_.push_back({k, name, begin, end});
+}
+
+at::Tensor Worker::HeadLossSum(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
+                               const at::Tensor& table) {
+  at::NoGradGuard no_grad;
+  const HeadParams p = ViewHead(state_->layout(), head, table);
+  const int64_t T = hidden.size(1);
+  const int64_t chunk = LossChunk(config_.policy.loss_chunk_tokens, hidden.size(0));
+  at::Tensor sum = at::zeros({}, hidden.options().dtype(at::kDouble));
+  for (int64_t t = 0; t < T; t += chunk) {
+    const int64_t len = std::min(chunk, T - t);
+    at::Tensor logits = HeadLogits(state_->config(), p.norm, p.lm_head, hidden.narrow(1, t, len));
+    sum.add_(CrossEntropySum(logits, targets.narrow(1, t, len)).to(at::kDouble));
+  }
+  return sum;
 }
 
 at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,

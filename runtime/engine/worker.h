@@ -4,7 +4,8 @@
 // unit's gradient accumulated in fp32 on the device and sent down as soon as it is
 // complete. Parameters stream through a ring of device slots, fetched `prefetch_depth`
 // units ahead on the H2D stream while the compute stream works; gradients go down on
-// the D2H stream and a landing thread hands them to the update pipeline.
+// the D2H stream and a landing thread hands them to the update pipeline. RunEval is a
+// forward-only pass through the same stream, for held-out evaluation between steps.
 // Threads: RunStep on the worker's own thread; the routes meet the other workers; the
 // landing thread completes landings.
 #pragma once
@@ -37,7 +38,9 @@ struct WorkerBatch {
 };
 
 struct WorkerStepResult {
-  double loss_sum = 0.0;  // sum of token losses, already divided by the global token count
+  // RunStep: the sum of token losses, already divided by the global token count.
+  // RunEval: the plain sum of token losses.
+  double loss_sum = 0.0;
   double forward_seconds = 0.0;
   double backward_seconds = 0.0;
   double wait_seconds = 0.0;  // waiting for the previous step's updates
@@ -61,11 +64,19 @@ class Worker {
   // are those of the global mean loss. LibTorch, CUDA and NCCL errors become a status.
   absl::StatusOr<WorkerStepResult> RunStep(int64_t step, const WorkerBatch& batch, double inv_tokens);
 
+  // Forward only, between steps: the loss of `batch` with the weights after `step`
+  // completed steps (it waits for their updates), through the same parameter stream
+  // and forward as RunStep; no gradient, no landing, no change to the host state.
+  // Every worker evaluates together (the routes meet). Only loss_sum,
+  // forward_seconds, wait_seconds and transfers are set; not traced.
+  absl::StatusOr<WorkerStepResult> RunEval(int64_t step, const WorkerBatch& batch);
+
  private:
   Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
          RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
          StepTrace* trace);
   WorkerStepResult Step(int64_t step, const WorkerBatch& batch, double inv_tokens);
+  WorkerStepResult Eval(int64_t step, const WorkerBatch& batch);
 
   // A WorkerBatch on the device (copied asynchronously through pinned memory), with
   // each micro-batch's token layout (RoPE tables, document starts).
@@ -108,6 +119,9 @@ class Worker {
   std::vector<at::Tensor> Forward(int64_t step, const DeviceBatch& in, std::vector<SavedInputs>* saved,
                                   WorkerStepResult& r);
 
+  // The head's loss sum over `hidden` in sequence chunks, without gradients.
+  at::Tensor HeadLossSum(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
+                         const at::Tensor& table);
   at::Tensor HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
                           const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc,
                           at::Tensor& head_grad, at::Tensor& table_grad);
