@@ -100,6 +100,7 @@ std::string FormatJobDetail(const v1::Job& job) {
   absl::StrAppend(&out, "step:            ", job.step(), "/", job.total_steps(), "\n");
   absl::StrAppend(&out, "tokens seen:     ", job.tokens_seen(), "\n");
   absl::StrAppendFormat(&out, "last loss:       %.6f\n", job.last_loss());
+  if (job.has_last_eval_loss()) absl::StrAppendFormat(&out, "last eval loss:  %.6f\n", job.last_eval_loss());
   absl::StrAppend(&out, "tokens/s:        ", FormatRate(job.tokens_per_second()), "\n");
   absl::StrAppendFormat(&out, "learning rate:   %.3g\n", job.learning_rate());
   absl::StrAppend(&out, "parameters:      ", job.num_parameters(), "\n");
@@ -149,8 +150,9 @@ std::string ProgressLine::Render(const v1::JobEvent& event) {
   const int filled = static_cast<int>(std::min<int64_t>(kWidth, job.step() * kWidth / total));
   const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
   const double eta = mean_step_seconds_ * static_cast<double>(total - job.step());
-  return absl::StrFormat("[%s] %d/%d  loss %.4f  %s tok/s  ETA %s  %s%s", bar, job.step(),
-                         job.total_steps(), job.last_loss(), FormatRate(job.tokens_per_second()),
+  const std::string eval = job.has_last_eval_loss() ? absl::StrFormat("  eval %.4f", job.last_eval_loss()) : "";
+  return absl::StrFormat("[%s] %d/%d  loss %.4f%s  %s tok/s  ETA %s  %s%s", bar, job.step(),
+                         job.total_steps(), job.last_loss(), eval, FormatRate(job.tokens_per_second()),
                          steps_seen_ > 0 ? FormatDuration(eta) : "-", StateName(job.state()),
                          Flags(job));
 }

@@ -26,7 +26,8 @@ std::string FormatNode(const v1::NodeInfo& node);
 // "job-... RUNNING step 12/60 (pause requested)".
 std::string FormatJobSummary(const v1::Job& job);
 
-// The live line of `slidedp watch`: a bar, step/total, loss, tokens/s and ETA.
+// The live line of `slidedp watch`: a bar, step/total, loss, the latest held-out eval
+// loss (once there is one), tokens/s and ETA.
 class ProgressLine {
  public:
   // The text for `event` (no newline); the ETA uses a running mean of step times.

@@ -48,6 +48,8 @@ defaults; unknown fields and out-of-range values are errors.
 
 Prints one line every log_every steps:
   step N/STEPS | loss L | grad_norm G | lr LR | T tok/s | S s
+and one after each held-out evaluation (with eval data):
+  eval after step N | eval_loss L | K tokens | S s
 and at the end, when output_dir is set, writes the trained weights there as a
 Hugging Face model directory.
 
@@ -74,6 +76,13 @@ void PrintStep(const StepStats& s, int64_t total_steps) {
               static_cast<long long>(s.step), static_cast<long long>(total_steps), s.loss,
               s.grad_norm, s.lr, s.tokens_per_second, s.step_seconds,
               s.skipped ? " | skipped (non-finite gradient)" : "");
+  std::fflush(stdout);
+}
+
+void PrintEval(const StepStats& s) {
+  std::printf("eval after step %lld | eval_loss %.4f | %lld tokens | %.3f s\n",
+              static_cast<long long>(s.step), *s.eval_loss, static_cast<long long>(s.eval_tokens),
+              s.eval_seconds);
   std::fflush(stdout);
 }
 
@@ -105,6 +114,7 @@ int Train(const TrainConfig& config) {
     if (stats->step % config.log_every == 0 || stats->step == config.steps) {
       PrintStep(*stats, config.steps);
     }
+    if (stats->eval_loss.has_value()) PrintEval(*stats);
   }
   if (absl::Status s = trainer.Drain(); !s.ok()) return Fail(s, "the last updates failed");
   if (!config.output_dir.empty()) {

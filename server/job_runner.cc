@@ -32,6 +32,8 @@ v1::StepEvent ToStepEvent(const StepStats& s) {
   e.set_update_busy_seconds(s.update_busy_seconds);
   e.set_h2d_bytes(s.h2d_bytes);
   e.set_d2h_bytes(s.d2h_bytes);
+  if (s.eval_loss.has_value()) e.set_eval_loss(*s.eval_loss);
+  e.set_eval_tokens(s.eval_tokens);
   return e;
 }
 
@@ -228,6 +230,10 @@ void JobManager::RecordStep(const std::string& id, const StepStats& stats,
     Log(absl::StrCat("job ", id, ": checkpoint ", stats.checkpoint_path, " (",
                      absl::SixDigits(stats.checkpoint_seconds), " s)"));
   }
+  if (stats.eval_loss.has_value()) {
+    Log(absl::StrCat("job ", id, ": step ", stats.step, " eval loss ", absl::SixDigits(*stats.eval_loss),
+                     " over ", stats.eval_tokens, " tokens (", absl::SixDigits(stats.eval_seconds), " s)"));
+  }
   absl::MutexLock lock(&mu_);
   node_.has_step = true;
   node_.last_step = stats;
@@ -241,6 +247,7 @@ void JobManager::RecordStep(const std::string& id, const StepStats& stats,
   job.set_last_step_seconds(stats.step_seconds);
   job.set_learning_rate(stats.lr);
   job.set_grad_norm(stats.grad_norm);
+  if (stats.eval_loss.has_value()) job.set_last_eval_loss(*stats.eval_loss);
   const int64_t nanos = absl::ToUnixNanos(absl::Now());
   job.mutable_update_time()->set_seconds(nanos / 1000000000);
   job.mutable_update_time()->set_nanos(static_cast<int32_t>(nanos % 1000000000));

@@ -2,6 +2,7 @@
 #include "server/metrics.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -103,6 +104,9 @@ Metrics::Metrics(const std::string& version)
   loss_ = Gauge(r, "slidedp_loss", "Mean token loss of the last step");
   lr_ = Gauge(r, "slidedp_learning_rate", "Learning rate applied by the last step");
   grad_norm_ = Gauge(r, "slidedp_grad_norm", "Global gradient L2 norm of the last step, before clipping");
+  eval_loss_ = Gauge(r, "slidedp_eval_loss",
+                     "Mean held-out loss over the eval tokens of the latest evaluation (NaN before the first)");
+  eval_loss_->Set(std::numeric_limits<double>::quiet_NaN());
   steps_ = Counter(r, "slidedp_steps_total", "Optimizer steps completed");
   skipped_steps_ = Counter(r, "slidedp_skipped_steps_total", "Steps skipped for a non-finite loss or gradient");
   tokens_ = Counter(r, "slidedp_tokens_total", "Training tokens processed");
@@ -204,6 +208,7 @@ void Metrics::RecordStep(const StepStats& s, const StepContext& context) {
   loss_->Set(s.loss);
   lr_->Set(s.lr);
   grad_norm_->Set(s.grad_norm);
+  if (s.eval_loss.has_value()) eval_loss_->Set(*s.eval_loss);
   steps_->Increment();
   if (s.skipped) skipped_steps_->Increment();
   tokens_->Increment(static_cast<double>(s.tokens));

@@ -9,7 +9,7 @@
 //            slidedp_bottleneck{resource}, slidedp_tokens_per_second, slidedp_mfu_ratio,
 //            slidedp_workers, slidedp_loss, slidedp_learning_rate, slidedp_grad_norm,
 //            slidedp_steps_total, slidedp_skipped_steps_total, slidedp_tokens_total,
-//            slidedp_last_step_timestamp_seconds
+//            slidedp_last_step_timestamp_seconds, slidedp_eval_loss
 //   PCIe:    slidedp_pcie_bytes_total{gpu,direction},
 //            slidedp_pcie_busy_seconds_total{gpu,direction},
 //            slidedp_pcie_bandwidth_bytes_per_second{gpu,direction},
@@ -135,6 +135,7 @@ class Metrics {
   prometheus::Gauge* loss_;
   prometheus::Gauge* lr_;
   prometheus::Gauge* grad_norm_;
+  prometheus::Gauge* eval_loss_;  // NaN until the first evaluation; kept after it
   prometheus::Counter* steps_;
   prometheus::Counter* skipped_steps_;
   prometheus::Counter* tokens_;

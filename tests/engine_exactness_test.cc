@@ -1,6 +1,7 @@
 // The streaming engine against plain LibTorch autograd on the whole model with a
 // straightforward AdamW (fp32): W workers x micro-batches, chunked units, the routes,
-// clipping on and off, must give the same weights after 5 steps within 1e-5 relative.
+// clipping on and off, document masking, must give the same weights after 5 steps
+// within 1e-5 relative; its held-out evaluation the loss of a plain forward.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "runtime/model/transformer.h"
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
+#include "tests/documents_dataset.h"
 
 namespace slidedp {
 namespace {
@@ -87,29 +89,41 @@ Weights ReadModelDir(const ModelConfig& c, const std::string& dir) {
   return w;
 }
 
-// Plain training: whole-model forward with full logits, mean loss, autograd,
-// clip_grad_norm_, and AdamW written out as torch.optim.AdamW defines it.
-Weights ReferenceTrain(const ModelConfig& c, const Weights& init, const TrainConfig& tc) {
-  const ModelLayout layout = BuildLayout(c);
-  std::vector<at::Tensor> flat(layout.num_units()), m, v;
+// One flat tensor per unit from named weights.
+std::vector<at::Tensor> Flats(const ModelLayout& layout, const Weights& w) {
+  std::vector<at::Tensor> flat(layout.num_units());
   for (int u = 0; u < layout.num_units(); ++u) {
     std::vector<at::Tensor> parts;
-    for (const ParamSpec& p : layout.units[u].params) parts.push_back(init.at(p.name).reshape({-1}));
-    flat[u] = at::cat(parts).requires_grad_(true);
+    for (const ParamSpec& p : layout.units[u].params) parts.push_back(w.at(p.name).reshape({-1}));
+    flat[u] = at::cat(parts);
+  }
+  return flat;
+}
+
+// The plain forward's mean loss (the reference's loss) of one batch.
+at::Tensor MeanLoss(const ModelConfig& c, const ModelLayout& layout, const std::vector<at::Tensor>& flat,
+                    const BatchTensors& b) {
+  at::Tensor logits = FullModelLogits(c, layout, flat, b.inputs, b.positions);
+  return at::cross_entropy_loss(logits.reshape({-1, c.vocab_size}), b.targets.reshape({-1}), {},
+                                at::Reduction::Mean, kIgnoreIndex);
+}
+
+// Plain training: whole-model forward with full logits, mean loss, autograd,
+// clip_grad_norm_, and AdamW written out as torch.optim.AdamW defines it. `data`: the
+// training data (null: OpenDataset of tc.data).
+Weights ReferenceTrain(const ModelConfig& c, const Weights& init, const TrainConfig& tc,
+                       std::unique_ptr<Dataset> data = nullptr) {
+  const ModelLayout layout = BuildLayout(c);
+  std::vector<at::Tensor> flat = Flats(layout, init), m, v;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    flat[u].requires_grad_(true);
     m.push_back(at::zeros_like(flat[u]));
     v.push_back(at::zeros_like(flat[u]));
   }
-  auto data = OpenDataset(tc.data, tc.seq_len, c.vocab_size, tc.seed);
-  EXPECT_TRUE(data.ok());
+  if (data == nullptr) data = *OpenDataset(tc.data, tc.seq_len, c.vocab_size, tc.seed);
   const OptimizerConfig& o = tc.optimizer;
   for (int64_t step = 0; step < tc.steps; ++step) {
-    const BatchTensors b = ToTensors(*(*data)->Next(tc.global_batch_sequences()));
-    const at::Tensor& ids = b.inputs;
-    const at::Tensor& tg = b.targets;
-    at::Tensor logits = FullModelLogits(c, layout, flat, ids);
-    at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, c.vocab_size}), tg.reshape({-1}), {},
-                                             at::Reduction::Mean, kIgnoreIndex);
-    loss.backward();
+    MeanLoss(c, layout, flat, ToTensors(*data->Next(tc.global_batch_sequences()))).backward();
     double total = 0;
     for (const at::Tensor& f : flat) total += f.grad().pow(2).sum().item<double>();
     const double norm = std::sqrt(total);
@@ -161,13 +175,15 @@ TrainConfig BaseConfig(const std::string& model_dir) {
   return tc;
 }
 
-Weights RunEngine(const TrainConfig& tc, const ModelConfig& c, const std::string& out) {
-  auto trainer = Trainer::Create(tc);
+Weights RunEngine(const TrainConfig& tc, const ModelConfig& c, const std::string& out,
+                  TrainerInputs inputs = {}, std::vector<StepStats>* stats = nullptr) {
+  auto trainer = Trainer::Create(tc, std::move(inputs));
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   for (int64_t s = 0; s < tc.steps; ++s) {
     auto st = (*trainer)->Step();
     EXPECT_TRUE(st.ok()) << st.status();
     EXPECT_TRUE(std::isfinite(st->loss));
+    if (stats != nullptr) stats->push_back(*st);
   }
   EXPECT_TRUE((*trainer)->ExportHf(out).ok());
   return ReadModelDir(c, out);
@@ -255,6 +271,90 @@ TEST(EngineExactnessMore, TiledMlpWithHostActivationsEqualsPlainAutograd) {
   tc.policy.mlp_tile_tokens = 5;
   tc.policy.activations = "host";
   ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
+}
+
+}  // namespace
+}  // namespace slidedp
+
+namespace slidedp {
+namespace {
+
+using testing::OpenDocuments;
+
+class DocumentMaskExactness : public ::testing::TestWithParam<std::tuple<ModelFamily, std::string>> {};
+
+TEST_P(DocumentMaskExactness, FiveStepsMatchPlainAutograd) {
+  // Positions travel with each micro-batch to both workers and reach the forward and
+  // the backward's recompute; the reference applies the same masking in one graph.
+  auto [family, param_route] = GetParam();
+  const ModelConfig c = TinyShape(family);
+  const std::string dir = ::testing::TempDir() + "/exact_docs_" + std::string(FamilyName(family)) + "_" + param_route;
+  std::filesystem::remove_all(dir);
+  Weights init = MakeModelDir(c, dir + "/init", 17);
+  TrainConfig tc = BaseConfig(dir + "/init");
+  tc.policy.param_route = param_route;
+  TrainerInputs docs;
+  docs.train = OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed);
+  const Weights engine = RunEngine(tc, c, dir + "/out", std::move(docs));
+  ExpectClose(engine, ReferenceTrain(c, init, tc, OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed)), 1e-5);
+  // The masking mattered: plain rows train to other weights.
+  const Weights plain = RunEngine(tc, c, dir + "/plain");
+  EXPECT_GT((engine.at("model.norm.weight") - plain.at("model.norm.weight")).abs().max().item<double>(), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DocumentMaskExactness,
+                         ::testing::Values(std::make_tuple(ModelFamily::kQwen2, "replicate"),
+                                           std::make_tuple(ModelFamily::kQwen3, "scatter_allgather")));
+
+// The held-out loss the engine reports after steps 2 and 3 (interval 2, and the last
+// step) equals the plain forward's mean loss over the eval set's first batches with the
+// weights of that step: each evaluation restarts the eval data.
+TEST(EngineEval, EvalLossEqualsPlainForwardOfTheStepsWeights) {
+  const ModelConfig c = TinyShape(ModelFamily::kQwen2);  // tied head: the table is fetched for eval too
+  const std::string dir = ::testing::TempDir() + "/exact_eval";
+  std::filesystem::remove_all(dir);
+  MakeModelDir(c, dir + "/init", 19);
+  TrainConfig tc = BaseConfig(dir + "/init");
+  tc.steps = 3;
+  tc.policy.param_route = "scatter_allgather";
+  DataConfig held_out = tc.data;
+  held_out.shuffle = false;
+  const uint64_t eval_seed = 99;
+  TrainerInputs inputs;
+  inputs.train = OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed);
+  inputs.eval.dataset = OpenDocuments(held_out, tc.seq_len, c.vocab_size, eval_seed);
+  inputs.eval.interval = 2;
+  inputs.eval.batches = 2;
+  std::vector<StepStats> stats;
+  const Weights last = RunEngine(tc, c, dir + "/out", std::move(inputs), &stats);
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_FALSE(stats[0].eval_loss.has_value());
+  EXPECT_EQ(stats[0].eval_tokens, 0);
+  ASSERT_TRUE(stats[1].eval_loss.has_value());
+  ASSERT_TRUE(stats[2].eval_loss.has_value());
+
+  // Steps 1..2 again, for the weights after step 2 (the same trajectory: the eval
+  // changed nothing, which tests/trainer_eval_test.cc checks bit for bit).
+  TrainConfig two = tc;
+  two.steps = 2;
+  TrainerInputs again;
+  again.train = OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed);
+  const Weights after2 = RunEngine(two, c, dir + "/two", std::move(again));
+  const ModelLayout layout = BuildLayout(c);
+  for (const auto& [weights, stat] : {std::make_pair(&after2, &stats[1]), std::make_pair(&last, &stats[2])}) {
+    std::unique_ptr<Dataset> eval = OpenDocuments(held_out, tc.seq_len, c.vocab_size, eval_seed);
+    double sum = 0;
+    int64_t tokens = 0;
+    at::NoGradGuard no_grad;
+    for (int b = 0; b < 2; ++b) {
+      const BatchTensors t = ToTensors(*eval->Next(tc.global_batch_sequences()));
+      sum += MeanLoss(c, layout, Flats(layout, *weights), t).item<double>() * static_cast<double>(t.target_tokens);
+      tokens += t.target_tokens;
+    }
+    EXPECT_EQ(stat->eval_tokens, tokens);
+    EXPECT_NEAR(*stat->eval_loss, sum / static_cast<double>(tokens), 1e-5 * sum / tokens) << "step " << stat->step;
+  }
+  EXPECT_NE(*stats[1].eval_loss, *stats[2].eval_loss);
 }
 
 }  // namespace

@@ -17,11 +17,17 @@ inline constexpr int32_t kIgnoreIndex = -100;
 
 // `rows` sequences of `seq_len` tokens; targets[i] is the token after inputs[i], or
 // kIgnoreIndex where no loss is taken. Row-major [rows, seq_len].
+// positions: empty unless the job asks for document masking. Otherwise the same shape
+// as inputs: the position of each input token inside its own document (0 at a
+// document's first token); a new document starts wherever positions[i] == 0 and at
+// each row's start. The engine then attends only within each document and applies
+// RoPE at these positions (as Hugging Face does for packed rows with position_ids).
 struct TokenBatch {
   int64_t rows = 0;
   int64_t seq_len = 0;
   std::vector<int32_t> inputs;
   std::vector<int32_t> targets;
+  std::vector<int32_t> positions;  // see above
 };
 
 class Dataset {

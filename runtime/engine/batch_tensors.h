@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "runtime/data/dataset.h"
 
 namespace slidedp {
@@ -13,9 +14,15 @@ namespace slidedp {
 struct BatchTensors {
   at::Tensor inputs;
   at::Tensor targets;
+  at::Tensor positions;       // undefined without document masking (TokenBatch::positions)
   int64_t target_tokens = 0;  // targets != kIgnoreIndex
 };
 
+// InvalidArgument naming the first offending index when `batch` is not of shape
+// [rows, seq_len] or has positions of another shape or < 0.
+absl::Status CheckBatch(const TokenBatch& batch);
+
+// `batch` must pass CheckBatch.
 BatchTensors ToTensors(const TokenBatch& batch);
 
 }  // namespace slidedp

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -96,8 +97,10 @@ constexpr int64_t kTraceSteps = 8;
 class EngineTrainer final : public Trainer {
  public:
   EngineTrainer(const TrainConfig& config, const ModelConfig& model, std::unique_ptr<HostState> state,
-                std::unique_ptr<Dataset> data)
-      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)) {}
+                std::unique_ptr<Dataset> data, EvalOptions eval)
+      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)), eval_(std::move(eval)) {
+    if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
+  }
 
   // Allocates the shared route state, the update pipeline and the workers (device
   // buffers included): errors such as a GPU out of memory come back here.
@@ -168,7 +171,13 @@ class EngineTrainer final : public Trainer {
 
  private:
   // Splits a batch of rows into per-worker micro-batches of int64 tensors.
-  std::vector<WorkerBatch> Split(const TokenBatch& b, int64_t* target_tokens) const;
+  absl::StatusOr<std::vector<WorkerBatch>> Split(const TokenBatch& b, int64_t* target_tokens) const;
+  // Runs `run(w)` for every worker w on a thread of its own; the first error names
+  // `what` and the worker.
+  absl::StatusOr<std::vector<WorkerStepResult>> OnEveryWorker(
+      const std::string& what, const std::function<absl::StatusOr<WorkerStepResult>(int)>& run);
+  // The held-out evaluation after completed_steps() steps, into s.eval_*.
+  absl::Status Evaluate(StepStats& s);
   // The host state's buffers, unit by unit, for checkpoint files.
   std::vector<CheckpointUnit> CheckpointUnits();
   // After a step: counts non-finite steps (failing after max_bad_steps in a row) and
@@ -179,6 +188,8 @@ class EngineTrainer final : public Trainer {
   const ModelConfig model_;
   std::unique_ptr<HostState> state_;
   std::unique_ptr<Dataset> data_;
+  EvalOptions eval_;
+  std::string eval_start_;  // eval_.dataset's cursor when the trainer was created
   std::unique_ptr<RouteShared> shared_;
   std::unique_ptr<StepTrace> trace_;
   std::unique_ptr<UpdatePipeline> pipeline_;
@@ -279,21 +290,73 @@ absl::Status EngineTrainer::AfterStep(const StepUpdateSummary& u, StepStats& s) 
   return absl::OkStatus();
 }
 
-std::vector<WorkerBatch> EngineTrainer::Split(const TokenBatch& b, int64_t* target_tokens) const {
+absl::StatusOr<std::vector<WorkerBatch>> EngineTrainer::Split(const TokenBatch& b, int64_t* target_tokens) const {
   const int64_t mbs = config_.micro_batch_size;
+  if (b.rows != config_.global_batch_sequences() || b.seq_len != config_.seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("the dataset gave a batch of ", b.rows, " x ", b.seq_len,
+                                                   " tokens for ", config_.global_batch_sequences(), " x ",
+                                                   config_.seq_len));
+  }
+  if (absl::Status s = CheckBatch(b); !s.ok()) return s;
   const BatchTensors t = ToTensors(b);
-  const at::Tensor& inputs = t.inputs;
-  const at::Tensor& targets = t.targets;
   *target_tokens = t.target_tokens;
   std::vector<WorkerBatch> out(config_.workers);
   int64_t row = 0;
   for (int w = 0; w < config_.workers; ++w) {
     for (int64_t k = 0; k < config_.grad_accum; ++k, row += mbs) {
-      out[w].inputs.push_back(inputs.narrow(0, row, mbs));
-      out[w].targets.push_back(targets.narrow(0, row, mbs));
+      out[w].inputs.push_back(t.inputs.narrow(0, row, mbs));
+      out[w].targets.push_back(t.targets.narrow(0, row, mbs));
+      if (t.positions.defined()) out[w].positions.push_back(t.positions.narrow(0, row, mbs));
     }
   }
   return out;
+}
+
+absl::StatusOr<std::vector<WorkerStepResult>> EngineTrainer::OnEveryWorker(
+    const std::string& what, const std::function<absl::StatusOr<WorkerStepResult>(int)>& run) {
+  std::vector<absl::StatusOr<WorkerStepResult>> results(workers_.size());
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    threads.emplace_back([&, w] { results[w] = run(static_cast<int>(w)); });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<WorkerStepResult> out;
+  for (size_t w = 0; w < results.size(); ++w) {
+    if (!results[w].ok()) {
+      return absl::Status(results[w].status().code(),
+                          absl::StrCat(what, ", worker ", w, ": ", results[w].status().message()));
+    }
+    out.push_back(*std::move(results[w]));
+  }
+  return out;
+}
+
+absl::Status EngineTrainer::Evaluate(StepStats& s) {
+  const double t0 = MonotonicSeconds();
+  const std::string what = absl::StrCat("evaluation after step ", step_);
+  if (absl::Status st = eval_.dataset->Restore(eval_start_); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat(what, ": restarting the eval data: ", st.message()));
+  }
+  double loss_sum = 0.0;
+  int64_t tokens = 0;
+  for (int64_t b = 0; b < eval_.batches; ++b) {
+    absl::StatusOr<TokenBatch> batch = eval_.dataset->Next(config_.global_batch_sequences());
+    int64_t batch_tokens = 0;
+    absl::StatusOr<std::vector<WorkerBatch>> parts =
+        batch.ok() ? Split(*batch, &batch_tokens) : absl::StatusOr<std::vector<WorkerBatch>>(batch.status());
+    if (!parts.ok()) {
+      return absl::Status(parts.status().code(), absl::StrCat(what, ", batch ", b + 1, ": ", parts.status().message()));
+    }
+    absl::StatusOr<std::vector<WorkerStepResult>> results =
+        OnEveryWorker(what, [&](int w) { return workers_[w]->RunEval(step_, (*parts)[w]); });
+    if (!results.ok()) return results.status();
+    for (const WorkerStepResult& r : *results) loss_sum += r.loss_sum;
+    tokens += batch_tokens;
+  }
+  s.eval_loss = tokens > 0 ? loss_sum / static_cast<double>(tokens) : std::nan("");
+  s.eval_tokens = tokens;
+  s.eval_seconds = MonotonicSeconds() - t0;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepStats> EngineTrainer::Step() {
@@ -301,29 +364,20 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
   absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
   if (!batch.ok()) return batch.status();
   int64_t tokens = 0;
-  std::vector<WorkerBatch> parts = Split(*batch, &tokens);
+  absl::StatusOr<std::vector<WorkerBatch>> parts = Split(*batch, &tokens);
+  if (!parts.ok()) return absl::Status(parts.status().code(), absl::StrCat("step ", step_ + 1, ": ", parts.status().message()));
   const double inv_tokens = tokens > 0 ? 1.0 / static_cast<double>(tokens) : 0.0;
   const double lr = LearningRate(config_.optimizer, step_, config_.steps);
   pipeline_->BeginStep(step_, lr);
 
-  std::vector<absl::StatusOr<WorkerStepResult>> results(workers_.size());
-  std::vector<std::thread> threads;
-  for (size_t w = 0; w < workers_.size(); ++w) {
-    threads.emplace_back([&, w] { results[w] = workers_[w]->RunStep(step_, parts[w], inv_tokens); });
-  }
-  for (std::thread& t : threads) t.join();
-  for (size_t w = 0; w < results.size(); ++w) {
-    if (!results[w].ok()) {
-      return absl::Status(results[w].status().code(),
-                          absl::StrCat("step ", step_ + 1, ", worker ", w, ": ", results[w].status().message()));
-    }
-  }
+  absl::StatusOr<std::vector<WorkerStepResult>> results = OnEveryWorker(
+      absl::StrCat("step ", step_ + 1), [&](int w) { return workers_[w]->RunStep(step_, (*parts)[w], inv_tokens); });
+  if (!results.ok()) return results.status();
 
   const StepUpdateSummary u = pipeline_->Summary(step_);
   StepStats s;
   s.step = ++step_;
-  for (const absl::StatusOr<WorkerStepResult>& res : results) {
-    const WorkerStepResult& r = *res;
+  for (const WorkerStepResult& r : *results) {
     s.loss += r.loss_sum;
     s.forward_seconds += r.forward_seconds;
     s.backward_seconds += r.backward_seconds;
@@ -350,13 +404,27 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
     if (absl::Status w = trace_->Write(config_.trace_file); !w.ok()) return w;
   }
   if (absl::Status st = AfterStep(u, s); !st.ok()) return st;
+  const bool eval_due = step_ == config_.steps || (eval_.interval > 0 && step_ % eval_.interval == 0);
+  if (eval_.dataset != nullptr && eval_due) {
+    if (absl::Status st = Evaluate(s); !st.ok()) return st;
+  }
   return s;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config) {
+  return Create(config, TrainerInputs{});
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, TrainerInputs inputs) {
   if (absl::Status s = ValidateTrainConfig(config); !s.ok()) return s;
+  if (inputs.eval.interval < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("eval_interval ", inputs.eval.interval, " is not >= 0"));
+  }
+  if (inputs.eval.batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("eval_batches ", inputs.eval.batches, " is not >= 1"));
+  }
   const bool cuda = config.device == "cuda";
   if (cuda && (!at::hasCUDA() || at::getNumGPUs() < static_cast<size_t>(config.workers))) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -392,10 +460,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
   } else {
     state->InitRandom(config.seed);
   }
-  absl::StatusOr<std::unique_ptr<Dataset>> data =
-      OpenDataset(config.data, config.seq_len, model->vocab_size, config.seed);
-  if (!data.ok()) return data.status();
-  auto trainer = std::make_unique<EngineTrainer>(config, *model, std::move(state), std::move(*data));
+  if (inputs.train == nullptr) {
+    absl::StatusOr<std::unique_ptr<Dataset>> data =
+        OpenDataset(config.data, config.seq_len, model->vocab_size, config.seed);
+    if (!data.ok()) return data.status();
+    inputs.train = std::move(*data);
+  }
+  auto trainer = std::make_unique<EngineTrainer>(config, *model, std::move(state), std::move(inputs.train),
+                                                 std::move(inputs.eval));
   try {
     if (absl::Status s = trainer->Init(); !s.ok()) return s;
   } catch (const std::exception& e) {

@@ -2,15 +2,19 @@
 // the dataset and the update pipeline. Step() runs one optimizer step of DESIGN.md's
 // step; it is called from one thread at a time (the job's thread). Updates of the last
 // step may still be running on the update thread when Step() returns; Drain() waits.
+// With an eval dataset (TrainerInputs), Step() also evaluates on held-out data every
+// eval interval (see EvalOptions).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/data/dataset.h"
 #include "runtime/model/model_config.h"
 #include "runtime/train_config.h"
 
@@ -41,6 +45,13 @@ struct StepStats {
   int64_t bad_steps_in_row = 0; // skipped steps in a row ending with this one
   std::string checkpoint_path;  // the checkpoint written after this step, if any
   double checkpoint_seconds = 0.0;  // time it took (not in step_seconds)
+  // Held-out evaluation after this step (EvalOptions): the mean loss over the eval
+  // batches' target tokens, with the weights this step produced. Absent (nullopt, and
+  // eval_tokens 0) at steps without an evaluation. NaN when the eval batches held no
+  // target token.
+  std::optional<double> eval_loss;
+  int64_t eval_tokens = 0;      // target tokens evaluated
+  double eval_seconds = 0.0;    // time it took (not in step_seconds)
   // Parts of the step (seconds, summed over workers where parallel).
   double forward_seconds = 0.0;
   double backward_seconds = 0.0;
@@ -55,14 +66,38 @@ struct StepStats {
   std::string bottleneck;
 };
 
+// Held-out evaluation: after every `interval` steps and after the last step (step ==
+// TrainConfig::steps), a forward-only pass (no gradient, no update, no change to the
+// training state or its data order) over `batches` batches of
+// TrainConfig::global_batch_sequences() rows of `dataset`, split over the workers as
+// training batches are. Each evaluation restarts the dataset where it stood when the
+// trainer was created (Dataset::Cursor/Restore), so every evaluation sees the same
+// batches. Reported in StepStats::eval_loss.
+struct EvalOptions {
+  std::unique_ptr<Dataset> dataset;  // null: no evaluation
+  int64_t interval = 0;              // >= 0; 0: after the last step only
+  int64_t batches = 1;               // >= 1
+};
+
+// What the trainer reads besides its config.
+struct TrainerInputs {
+  std::unique_ptr<Dataset> train;  // null: OpenDataset(config.data, ...)
+  EvalOptions eval;
+};
+
 class Trainer {
  public:
   // Validates the config, builds or loads the model, opens the data, allocates the host
   // state and per-worker buffers. Errors name the field or file at fault.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config);
+  // The same with the training data and held-out evaluation given by the caller. Its
+  // datasets must be for config.seq_len and the model's vocabulary; an eval interval
+  // < 0 or eval batches < 1 is InvalidArgument.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config, TrainerInputs inputs);
   virtual ~Trainer() = default;
 
-  // Runs the next optimizer step. A step with a non-finite loss or gradient applies no
+  // Runs the next optimizer step, then the held-out evaluation when one is due
+  // (StepStats::eval_loss). A step with a non-finite loss or gradient applies no
   // update (StepStats.skipped); the config's max_bad_steps of them in a row fail the
   // step with FAILED_PRECONDITION naming the step and the unit. Every
   // checkpoint_interval steps it writes a checkpoint (StepStats.checkpoint_path); a

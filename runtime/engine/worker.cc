@@ -28,6 +28,11 @@ void Accumulate(at::Tensor& leaf, const ParamSpec& spec, at::Tensor& acc) {
   leaf.mutable_grad().reset();
 }
 
+// Sequence positions per LM-head chunk for micro-batches of `rows` rows.
+int64_t LossChunk(int64_t loss_chunk_tokens, int64_t rows) {
+  return std::max<int64_t>(1, loss_chunk_tokens / std::max<int64_t>(1, rows));
+}
+
 std::string UnitName(int u, int units) {
   if (u == 0) return "embed";
   if (u == units - 1) return "head";
@@ -157,6 +162,16 @@ absl::StatusOr<WorkerStepResult> Worker::RunStep(int64_t step, const WorkerBatch
   return r;
 }
 
+absl::StatusOr<WorkerStepResult> Worker::RunEval(int64_t step, const WorkerBatch& batch) {
+  try {
+    WorkerStepResult r = Eval(step, batch);
+    spans_.clear();  // not traced: the trace shows the steps
+    return r;
+  } catch (const std::exception& e) {
+    return FromException(e);
+  }
+}
+
 WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv_tokens) {
   const ModelConfig& cfg = state_->config();
   const ModelLayout& layout = state_->layout();
@@ -171,57 +186,28 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     streams_->MarkOrigin();
     origin_host_ = MonotonicSeconds();
   }
-  const bool cuda = device_.is_cuda();
-  std::vector<at::Tensor> ids(MB), targets(MB);
-  for (size_t mb = 0; mb < MB; ++mb) {
-    // Through pinned memory, so that the copies are asynchronous.
-    ids[mb] = (cuda ? batch.inputs[mb].pin_memory() : batch.inputs[mb]).to(device_, /*non_blocking=*/true);
-    targets[mb] = (cuda ? batch.targets[mb].pin_memory() : batch.targets[mb]).to(device_, /*non_blocking=*/true);
-  }
-  next_fetch_ = 0;
-  for (int i = 0; i < std::max(1, config_.policy.prefetch_depth); ++i) FetchNext(step, r);
-  int item = 0;
+  const DeviceBatch in = ToDevice(batch);
+  StartFetches(step, static_cast<int>(schedule_.size()), r);
 
   // ---------------- forward, layer-major; keep each unit's input ----------------
-  // Each unit's compute is issued before the next fetch, which may wait for that unit's
-  // CPU update of the previous step.
   double t0 = MonotonicSeconds();
   std::vector<SavedInputs> saved(U);
-  std::vector<at::Tensor> h(MB);
-  {
-    at::NoGradGuard no_grad;
-    const at::Tensor table = ParamView(layout.units[0], Acquire(item), 0);
-    for (size_t mb = 0; mb < MB; ++mb) h[mb] = EmbeddingForward(table, ids[mb]);
-    Release(item++);
-    FetchNext(step, r);
-    for (int u = 1; u < head; ++u) {
-      const BlockParams p = ViewBlock(layout.units[u], Acquire(item));
-      saved[u] = Offload(u, h, r);
-      for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], rope_, mlp_tile_);
-      Release(item++);
-      FetchNext(step, r);
-    }
-  }
+  std::vector<at::Tensor> h = Forward(step, in, &saved, r);
   r.forward_seconds = MonotonicSeconds() - t0;
 
   // ---------------- head: loss and its backward, in sequence chunks ----------------
   t0 = MonotonicSeconds();
-  const int head_item = item++;
-  const at::Tensor head_slot = Acquire(head_item);
-  const int table_item = tied ? item++ : -1;
-  const at::Tensor table_slot = tied ? Acquire(table_item) : at::Tensor();  // the head's weight is unit 0's table
-  FetchNext(step, r);
-  if (tied) FetchNext(step, r);
+  const HeadSlots slots = AcquireHead(step, r);
+  int item = head + (tied ? 2 : 1);  // the forward and the head took the items before
   at::Tensor head_grad = GradBuffer(head);
   at::Tensor emb_grad = GradBuffer(0);
   at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   std::vector<at::Tensor> grad_h(MB);
   for (size_t mb = 0; mb < MB; ++mb) {
-    grad_h[mb] = HeadBackward(h[mb], targets[mb], head_slot, table_slot, inv_tokens, loss_acc, head_grad, emb_grad);
+    grad_h[mb] = HeadBackward(h[mb], in.targets[mb], slots.head, slots.table, inv_tokens, loss_acc, head_grad, emb_grad);
     h[mb] = at::Tensor();
   }
-  Release(head_item);
-  if (tied) Release(table_item);
+  ReleaseHead();
   Land(head, step, head_grad, r);
 
   // ---------------- backward, l = L-1..1: recompute, backprop, land ----------------
@@ -239,7 +225,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     for (size_t mb = 0; mb < MB; ++mb) {
       at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
       inputs.xs[mb] = at::Tensor();
-      at::Tensor y = BlockForward(cfg, p, x, rope_, mlp_tile_);
+      at::Tensor y = BlockForward(cfg, p, x, in.layouts[mb], mlp_tile_);
       y.backward(grad_h[mb]);
       grad_h[mb] = x.grad();
       for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
@@ -252,7 +238,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   // In fp32: many rows of a bf16 table would otherwise round away.
   at::Tensor table_grad = emb_grad.view(layout.units[0].params[0].shape);
   for (size_t mb = 0; mb < MB; ++mb) {
-    table_grad.index_add_(0, ids[mb].reshape({-1}), grad_h[mb].reshape({-1, cfg.hidden_size}).to(at::kFloat));
+    table_grad.index_add_(0, in.ids[mb].reshape({-1}), grad_h[mb].reshape({-1, cfg.hidden_size}).to(at::kFloat));
   }
   Land(0, step, emb_grad, r);
   r.backward_seconds = MonotonicSeconds() - t0;
@@ -260,8 +246,97 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   return r;
 }
 
+WorkerStepResult Worker::Eval(int64_t step, const WorkerBatch& batch) {
+  const int head = state_->num_units() - 1;
+  const bool tied = state_->layout().units[head].uses_tied_embedding;
+  WorkerStepResult r;
+  const std::unique_ptr<StreamUse> on_compute = streams_->Use(StreamKind::kCompute);
+  const DeviceBatch in = ToDevice(batch);
+  // The step's fetch schedule up to the head (and the tied table).
+  StartFetches(step, head + (tied ? 2 : 1), r);
+  const double t0 = MonotonicSeconds();
+  std::vector<at::Tensor> h = Forward(step, in, /*saved=*/nullptr, r);
+  const HeadSlots slots = AcquireHead(step, r);
+  at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  for (size_t mb = 0; mb < h.size(); ++mb) {
+    loss_acc.add_(HeadLossSum(h[mb], in.targets[mb], slots.head, slots.table));
+    h[mb] = at::Tensor();
+  }
+  ReleaseHead();
+  r.loss_sum = loss_acc.item<double>();  // waits for the compute stream
+  r.forward_seconds = MonotonicSeconds() - t0;
+  return r;
+}
+
+Worker::DeviceBatch Worker::ToDevice(const WorkerBatch& batch) {
+  const bool cuda = device_.is_cuda();
+  // Through pinned memory, so that the copies are asynchronous.
+  auto copy = [&](const at::Tensor& t) { return (cuda ? t.pin_memory() : t).to(device_, /*non_blocking=*/true); };
+  DeviceBatch in;
+  for (size_t mb = 0; mb < batch.inputs.size(); ++mb) {
+    in.ids.push_back(copy(batch.inputs[mb]));
+    in.targets.push_back(copy(batch.targets[mb]));
+    if (batch.positions.empty()) {
+      in.layouts.push_back(TokenLayout{rope_, {}});
+    } else {
+      in.layouts.push_back(DocumentLayout(state_->config(), batch.positions[mb], copy(batch.positions[mb]), &rope_));
+    }
+  }
+  return in;
+}
+
+std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, std::vector<SavedInputs>* saved,
+                                        WorkerStepResult& r) {
+  const ModelConfig& cfg = state_->config();
+  const ModelLayout& layout = state_->layout();
+  const int head = layout.num_units() - 1;
+  const size_t MB = in.ids.size();
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> h(MB);
+  // Each unit's compute is issued before the next fetch, which may wait for that unit's
+  // CPU update of the previous step.
+  int item = 0;
+  const at::Tensor table = ParamView(layout.units[0], Acquire(item), 0);
+  for (size_t mb = 0; mb < MB; ++mb) h[mb] = EmbeddingForward(table, in.ids[mb]);
+  Release(item++);
+  FetchNext(step, r);
+  for (int u = 1; u < head; ++u) {
+    const BlockParams p = ViewBlock(layout.units[u], Acquire(item));
+    if (saved != nullptr) (*saved)[u] = Offload(u, h, r);
+    for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], mlp_tile_);
+    Release(item++);
+    FetchNext(step, r);
+  }
+  return h;
+}
+
+Worker::HeadSlots Worker::AcquireHead(int64_t step, WorkerStepResult& r) {
+  const int head = state_->num_units() - 1;
+  HeadSlots slots;
+  slots.head = Acquire(head);
+  // The next fetch is the table's at prefetch depth 1: issued before its slot is taken.
+  FetchNext(step, r);
+  if (state_->layout().units[head].uses_tied_embedding) {
+    slots.table = Acquire(head + 1);
+    FetchNext(step, r);
+  }
+  return slots;
+}
+
+void Worker::ReleaseHead() {
+  const int head = state_->num_units() - 1;
+  Release(head);
+  if (state_->layout().units[head].uses_tied_embedding) Release(head + 1);
+}
+
+void Worker::StartFetches(int64_t step, int end, WorkerStepResult& r) {
+  next_fetch_ = 0;
+  fetch_end_ = end;
+  for (int i = 0; i < std::max(1, config_.policy.prefetch_depth); ++i) FetchNext(step, r);
+}
+
 void Worker::FetchNext(int64_t step, WorkerStepResult& r) {
-  if (next_fetch_ >= static_cast<int>(schedule_.size())) return;
+  if (next_fetch_ >= fetch_end_) return;
   const int i = next_fetch_++;
   const int u = schedule_[i];
   const int s = i % static_cast<int>(slots_.size());
@@ -373,6 +448,21 @@ void Worker::Span(StreamKind k, const std::string& name, const Event& begin, con
   if (trace_ != nullptr && streams_->is_cuda()) spans_.push_back({k, name, begin, end});
 }
 
+at::Tensor Worker::HeadLossSum(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
+                               const at::Tensor& table) {
+  at::NoGradGuard no_grad;
+  const HeadParams p = ViewHead(state_->layout(), head, table);
+  const int64_t T = hidden.size(1);
+  const int64_t chunk = LossChunk(config_.policy.loss_chunk_tokens, hidden.size(0));
+  at::Tensor sum = at::zeros({}, hidden.options().dtype(at::kDouble));
+  for (int64_t t = 0; t < T; t += chunk) {
+    const int64_t len = std::min(chunk, T - t);
+    at::Tensor logits = HeadLogits(state_->config(), p.norm, p.lm_head, hidden.narrow(1, t, len));
+    sum.add_(CrossEntropySum(logits, targets.narrow(1, t, len)).to(at::kDouble));
+  }
+  return sum;
+}
+
 at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
                                 const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc,
                                 at::Tensor& head_grad, at::Tensor& table_grad) {
@@ -380,7 +470,7 @@ at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targ
   const ModelLayout& layout = state_->layout();
   const UnitLayout& hu = layout.units.back();
   const int64_t T = hidden.size(1);
-  const int64_t chunk = std::max<int64_t>(1, config_.policy.loss_chunk_tokens / std::max<int64_t>(1, hidden.size(0)));
+  const int64_t chunk = LossChunk(config_.policy.loss_chunk_tokens, hidden.size(0));
   at::Tensor grad = at::empty_like(hidden);
   // The final norm, and the output projection: the head's own, or unit 0's table.
   const int norm_i = hu.Find("model.norm.weight");

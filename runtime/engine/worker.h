@@ -4,7 +4,8 @@
 // unit's gradient accumulated in fp32 on the device and sent down as soon as it is
 // complete. Parameters stream through a ring of device slots, fetched `prefetch_depth`
 // units ahead on the H2D stream while the compute stream works; gradients go down on
-// the D2H stream and a landing thread hands them to the update pipeline.
+// the D2H stream and a landing thread hands them to the update pipeline. RunEval is a
+// forward-only pass through the same stream, for held-out evaluation between steps.
 // Threads: RunStep on the worker's own thread; the routes meet the other workers; the
 // landing thread completes landings.
 #pragma once
@@ -28,14 +29,18 @@
 namespace slidedp {
 
 // This worker's share of a step: grad_accum micro-batches of [micro_batch_size, seq_len]
-// int64 token ids and targets.
+// int64 token ids and targets, on the CPU; with document masking also each token's
+// position in its document (TokenBatch::positions), else `positions` is empty.
 struct WorkerBatch {
   std::vector<at::Tensor> inputs;
   std::vector<at::Tensor> targets;
+  std::vector<at::Tensor> positions;
 };
 
 struct WorkerStepResult {
-  double loss_sum = 0.0;  // sum of token losses, already divided by the global token count
+  // RunStep: the sum of token losses, already divided by the global token count.
+  // RunEval: the plain sum of token losses.
+  double loss_sum = 0.0;
   double forward_seconds = 0.0;
   double backward_seconds = 0.0;
   double wait_seconds = 0.0;  // waiting for the previous step's updates
@@ -59,16 +64,40 @@ class Worker {
   // are those of the global mean loss. LibTorch, CUDA and NCCL errors become a status.
   absl::StatusOr<WorkerStepResult> RunStep(int64_t step, const WorkerBatch& batch, double inv_tokens);
 
+  // Forward only, between steps: the loss of `batch` with the weights after `step`
+  // completed steps (it waits for their updates), through the same parameter stream
+  // and forward as RunStep; no gradient, no landing, no change to the host state.
+  // Every worker evaluates together (the routes meet). Only loss_sum,
+  // forward_seconds, wait_seconds and transfers are set; not traced.
+  absl::StatusOr<WorkerStepResult> RunEval(int64_t step, const WorkerBatch& batch);
+
  private:
   Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
          RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
          StepTrace* trace);
   WorkerStepResult Step(int64_t step, const WorkerBatch& batch, double inv_tokens);
+  WorkerStepResult Eval(int64_t step, const WorkerBatch& batch);
+
+  // A WorkerBatch on the device (copied asynchronously through pinned memory), with
+  // each micro-batch's token layout (RoPE tables, document starts).
+  struct DeviceBatch {
+    std::vector<at::Tensor> ids, targets;
+    std::vector<TokenLayout> layouts;
+  };
+  DeviceBatch ToDevice(const WorkerBatch& batch);
 
   // The parameter stream: item i of the step's fetch schedule goes to slot i % S.
+  // StartFetches begins a pass over items [0, end) of it, `prefetch_depth` ahead.
+  void StartFetches(int64_t step, int end, WorkerStepResult& r);
   void FetchNext(int64_t step, WorkerStepResult& r);
   at::Tensor Acquire(int item);  // the compute stream waits for item's fetch
   void Release(int item);        // the compute stream is done with item's slot
+  // Items head and, with a tied head, head + 1 (unit 0's table, the head's weight).
+  struct HeadSlots {
+    at::Tensor head, table;  // table: undefined unless tied
+  };
+  HeadSlots AcquireHead(int64_t step, WorkerStepResult& r);
+  void ReleaseHead();
 
   // The gradient stream: ring entry for the next landing, then its landing.
   at::Tensor GradBuffer(int u);  // fp32 [numel] on the device, ready to be written
@@ -84,6 +113,15 @@ class Worker {
   SavedInputs Offload(int u, std::vector<at::Tensor> xs, WorkerStepResult& r);
   SavedInputs Restore(int u, SavedInputs saved, WorkerStepResult& r);
 
+  // Embedding and blocks, layer-major over the micro-batches without gradients (fetch
+  // items 0..head-1); with `saved`, each block's inputs are kept there for backward.
+  // Returns the hidden states that reach the head.
+  std::vector<at::Tensor> Forward(int64_t step, const DeviceBatch& in, std::vector<SavedInputs>* saved,
+                                  WorkerStepResult& r);
+
+  // The head's loss sum over `hidden` in sequence chunks, without gradients.
+  at::Tensor HeadLossSum(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
+                         const at::Tensor& table);
   at::Tensor HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
                           const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc,
                           at::Tensor& head_grad, at::Tensor& table_grad);
@@ -110,6 +148,7 @@ class Worker {
   std::vector<Event> slot_free_;
   std::vector<Event> compute_begin_;  // trace: when the compute stream took each slot
   int next_fetch_ = 0;
+  int fetch_end_ = 0;  // the pass fetches items [0, fetch_end_)
 
   // fp32 accumulation buffers: a ring of two for the units in turn, and one for the
   // embedding (it accumulates the tied head's gradient through the whole backward).

@@ -13,8 +13,11 @@
 namespace slidedp {
 
 // `flats[u]` is unit u's flat parameter tensor ([layout.units[u].numel]); ids [B, T]
-// int64. Returns logits [B, T, V] in fp32. Gradients flow into `flats`.
+// int64. Returns logits [B, T, V] in fp32. Gradients flow into `flats`. `positions`
+// (optional, [B, T] int64 on the CPU): document masking as TokenBatch::positions
+// describes; undefined: each row is one sequence.
 at::Tensor FullModelLogits(const ModelConfig& config, const ModelLayout& layout,
-                           const std::vector<at::Tensor>& flats, const at::Tensor& ids);
+                           const std::vector<at::Tensor>& flats, const at::Tensor& ids,
+                           const at::Tensor& positions = at::Tensor());
 
 }  // namespace slidedp

@@ -2,7 +2,9 @@
 // implementations (tests/hf_reference_test.cc checks it against saved fixtures).
 #include "runtime/model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <string>
 #include <torch/version.h>
@@ -38,7 +40,7 @@ at::Tensor RotateHalf(const at::Tensor& x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-// x [B, heads, T, D]; cos/sin [T, D] in x's dtype.
+// x [B, heads, T, D]; cos/sin [T, D] or [B, 1, T, D] in x's dtype.
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   return x * cos + RotateHalf(x) * sin;
 }
@@ -102,6 +104,39 @@ at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({B, h, groups, T, D}).reshape({B, h * groups, T, D});
 }
 
+// Causal attention with grouped K/V heads: q [B, nh, T, D], k/v [B, nkv, T, D].
+at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  const int64_t groups = q.size(1) / k.size(1);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  if (q.is_cuda() && groups != 1 && SdpaGqa()) {
+    // Fused attention reads the shared K/V heads itself: no expanded copies, and no
+    // sum over the groups in backward.
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                            scale, /*enable_gqa=*/true);
+  }
+#endif
+  return Attention(q, RepeatKv(k, groups), RepeatKv(v, groups), scale);
+}
+
+// GroupedAttention inside each document of each row (TokenLayout::doc_starts): the
+// block-diagonal causal mask, as one call per document slice.
+at::Tensor DocumentAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const std::vector<std::vector<int64_t>>& doc_starts, double scale) {
+  const int64_t B = q.size(0), T = q.size(2);
+  std::vector<at::Tensor> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int64_t>& starts = doc_starts[b];
+    std::vector<at::Tensor> docs;
+    for (size_t d = 0; d < starts.size(); ++d) {
+      const int64_t begin = starts[d], end = d + 1 < starts.size() ? starts[d + 1] : T;
+      auto doc = [&](const at::Tensor& t) { return t.narrow(0, b, 1).narrow(2, begin, end - begin); };
+      docs.push_back(GroupedAttention(doc(q), doc(k), doc(v), scale));
+    }
+    rows.push_back(docs.size() == 1 ? docs[0] : at::cat(docs, 2));
+  }
+  return B == 1 ? rows[0] : at::cat(rows, 0);
+}
+
 }  // namespace
 
 at::Tensor ParamView(const UnitLayout& unit, const at::Tensor& flat, int index) {
@@ -162,8 +197,32 @@ at::Tensor EmbeddingForward(const at::Tensor& table, const at::Tensor& ids) {
   return at::embedding(table, ids);
 }
 
+TokenLayout DocumentLayout(const ModelConfig& c, const at::Tensor& positions, const at::Tensor& on_device,
+                           RopeTables* table) {
+  const int64_t B = positions.size(0), T = positions.size(1);
+  const at::Tensor pos = positions.contiguous();
+  const int64_t* p = pos.data_ptr<int64_t>();
+  TokenLayout layout;
+  layout.doc_starts.resize(B);
+  int64_t max_pos = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    layout.doc_starts[b].push_back(0);
+    for (int64_t t = 0; t < T; ++t) {
+      max_pos = std::max(max_pos, p[b * T + t]);
+      if (t > 0 && p[b * T + t] == 0) layout.doc_starts[b].push_back(t);
+    }
+  }
+  if (max_pos >= table->cos.size(0)) {
+    *table = MakeRope(c, std::max(max_pos + 1, 2 * table->cos.size(0)), table->cos.device());
+  }
+  const at::Tensor flat = on_device.reshape({-1});
+  layout.rope.cos = table->cos.index_select(0, flat).view({B, 1, T, -1});
+  layout.rope.sin = table->sin.index_select(0, flat).view({B, 1, T, -1});
+  return layout;
+}
+
 at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
-                        const RopeTables& rope, int64_t mlp_tile) {
+                        const TokenLayout& layout, int64_t mlp_tile) {
   const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
 
@@ -178,22 +237,16 @@ at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Te
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
   v = v.transpose(1, 2);
-  const at::Tensor cos = rope.cos.narrow(0, 0, T).to(x.scalar_type());
-  const at::Tensor sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
+  // Shared [T', D] tables, or [B, 1, T, D] gathered per token: both broadcast over heads.
+  const RopeTables& rope = layout.rope;
+  const bool shared = rope.cos.dim() == 2;
+  const at::Tensor cos = (shared ? rope.cos.narrow(0, 0, T) : rope.cos).to(x.scalar_type());
+  const at::Tensor sin = (shared ? rope.sin.narrow(0, 0, T) : rope.sin).to(x.scalar_type());
   q = ApplyRope(q, cos, sin);
   k = ApplyRope(k, cos, sin);
-  at::Tensor a;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-  if (q.is_cuda() && nh != nkv && SdpaGqa()) {
-    // Fused attention reads the shared K/V heads itself: no expanded copies, and no
-    // sum over the groups in backward.
-    a = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                         1.0 / std::sqrt(static_cast<double>(D)), /*enable_gqa=*/true);
-  }
-#endif
-  if (!a.defined()) {
-    a = Attention(q, RepeatKv(k, nh / nkv), RepeatKv(v, nh / nkv), 1.0 / std::sqrt(static_cast<double>(D)));
-  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor a = layout.doc_starts.empty() ? GroupedAttention(q, k, v, scale)
+                                           : DocumentAttention(q, k, v, layout.doc_starts, scale);
   a = a.transpose(1, 2).reshape({B, T, nh * D});
   at::Tensor x1 = x + Linear(a, p.o_w, p.o_b);
 

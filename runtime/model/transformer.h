@@ -36,14 +36,35 @@ RopeTables MakeRope(const ModelConfig& config, int64_t seq_len, const at::Device
 // HF RMSNorm: computed in fp32, cast back, then scaled by the weight.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// Where the tokens of a micro-batch [B, T] sit: the RoPE tables to apply and, with
+// document masking, where each row's documents start.
+struct TokenLayout {
+  // MakeRope's [T', D] tables (T' >= T), the same for every row at positions 0..T-1;
+  // or, with document masking, [B, 1, T, D] gathered at each token's position.
+  RopeTables rope;
+  // Empty: each row is one causal sequence. Otherwise per row the ascending offsets at
+  // which its documents start (the first is 0): attention stays inside each document.
+  std::vector<std::vector<int64_t>> doc_starts;
+};
+
+// The layout of a micro-batch with document masking. `positions` [B, T] int64 on the
+// CPU: each token's position in its document, >= 0 (see TokenBatch::positions; a
+// document starts at each 0 and at each row's start); `on_device`: the same tensor on
+// the compute device, where the tables are gathered. `table` (MakeRope's, on that
+// device) is rebuilt longer when a position lies past its end.
+TokenLayout DocumentLayout(const ModelConfig& config, const at::Tensor& positions,
+                           const at::Tensor& on_device, RopeTables* table);
+
 // ids [B, T] (int64) -> hidden [B, T, H] in the table's dtype.
 at::Tensor EmbeddingForward(const at::Tensor& table, const at::Tensor& ids);
 
-// One decoder block: x [B, T, H] -> [B, T, H]. Causal attention over each row. With
+// One decoder block: x [B, T, H] -> [B, T, H]. Causal attention over each row, or over
+// each document of each row when `layout` has doc_starts (one attention call per
+// document: no [T, T] mask is built, and fused kernels take the slices on CUDA). With
 // mlp_tile > 0 (and < T), the MLP runs in sequence tiles of that many positions and is
 // recomputed tile by tile in backward (tiled_mlp.h).
 at::Tensor BlockForward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
-                        const RopeTables& rope, int64_t mlp_tile = 0);
+                        const TokenLayout& layout, int64_t mlp_tile = 0);
 
 // The head unit's final-norm weight and LM-head matrix: views into `head` ([numel] of
 // the head unit), the LM head being the embedding table `table` (a view of unit 0's

@@ -22,6 +22,8 @@ struct FakeControl {
   int64_t fail_at_step ABSL_GUARDED_BY(mu) = -1;  // Step() number (1-based) that fails
   bool fail_create ABSL_GUARDED_BY(mu) = false;
   bool fail_export ABSL_GUARDED_BY(mu) = false;
+  // > 0: steps whose number is a multiple report a held-out eval loss of 20 / step.
+  int64_t eval_interval ABSL_GUARDED_BY(mu) = 0;
   int creates ABSL_GUARDED_BY(mu) = 0;
   int destroyed ABSL_GUARDED_BY(mu) = 0;
   int drains ABSL_GUARDED_BY(mu) = 0;
@@ -48,6 +50,7 @@ class FakeTrainer final : public Trainer {
   }
 
   absl::StatusOr<StepStats> Step() override {
+    int64_t eval_interval = 0;
     {
       absl::MutexLock lock(&control_->mu);
       auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_->mu) {
@@ -59,6 +62,7 @@ class FakeTrainer final : public Trainer {
         --control_->blocked;
       }
       if (control_->fail_at_step == steps_ + 1) return absl::InternalError("fake step failure");
+      eval_interval = control_->eval_interval;
     }
     ++steps_;
     digest_ = digest_ * 31 + static_cast<uint64_t>(steps_);
@@ -71,6 +75,10 @@ class FakeTrainer final : public Trainer {
     s.tokens_per_second = static_cast<double>(s.tokens) / s.step_seconds;
     s.h2d_bytes = 1000;
     s.d2h_bytes = 500;
+    if (eval_interval > 0 && steps_ % eval_interval == 0) {
+      s.eval_loss = 20.0 / static_cast<double>(steps_);
+      s.eval_tokens = 64;
+    }
     return s;
   }
   absl::Status Drain() override {

@@ -41,6 +41,37 @@ TEST(FormatTest, ProgressLineShowsStepLossRateAndEta) {
   EXPECT_NE(text.find("12.3k tok/s"), std::string::npos) << text;
   EXPECT_NE(text.find("ETA 1:30"), std::string::npos) << text;  // 45 steps x 2 s
   EXPECT_NE(text.find("[#######......"), std::string::npos) << text;
+  EXPECT_EQ(text.find("eval"), std::string::npos) << text;  // none yet
+}
+
+TEST(FormatTest, ProgressLineAndDetailShowTheLatestEvalLoss) {
+  ProgressLine line;
+  v1::JobEvent event;
+  event.set_type(v1::JobEvent::TYPE_STEP);
+  v1::Job* job = event.mutable_job();
+  job->set_state(v1::JOB_STATE_RUNNING);
+  job->set_step(20);
+  job->set_total_steps(60);
+  job->set_last_loss(3.25);
+  job->set_last_eval_loss(3.5);
+  const std::string text = line.Render(event);
+  EXPECT_NE(text.find("loss 3.2500  eval 3.5000"), std::string::npos) << text;
+  EXPECT_NE(FormatJobDetail(*job).find("last eval loss:  3.500000"), std::string::npos) << FormatJobDetail(*job);
+  job->clear_last_eval_loss();
+  EXPECT_EQ(FormatJobDetail(*job).find("eval"), std::string::npos);
+}
+
+TEST(FormatTest, JsonCarriesTheEvalLossOnlyWhereThereIsOne) {
+  v1::StepEvent step;
+  step.set_step(4);
+  EXPECT_EQ(ToJson(step).find("\"eval_loss\""), std::string::npos) << ToJson(step);
+  step.set_eval_loss(2.5);
+  step.set_eval_tokens(128);
+  EXPECT_NE(ToJson(step).find("\"eval_loss\":2.5"), std::string::npos) << ToJson(step);
+  EXPECT_NE(ToJson(step).find("\"eval_tokens\":\"128\""), std::string::npos) << ToJson(step);
+  v1::Job job;
+  job.set_last_eval_loss(2.5);
+  EXPECT_NE(ToJson(job).find("\"last_eval_loss\":2.5"), std::string::npos) << ToJson(job);
 }
 
 TEST(FormatTest, JsonUsesProtoFieldNames) {

@@ -450,6 +450,47 @@ TEST_F(JobManagerTest, SubscribersGetSnapshotStepsAndTheLastEvent) {
   EXPECT_EQ(manager_->Subscribe("job-nope", false, &late).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(JobManagerTest, StepEventsTheJobAndTheMetricsCarryTheEvalLoss) {
+  {
+    absl::MutexLock lock(&control_->mu);
+    control_->eval_interval = 2;
+  }
+  const v1::Job job = Submit(5);
+  ASSERT_TRUE(WaitState(job.id(), v1::JOB_STATE_SUCCEEDED));
+  Collector replay;
+  ASSERT_TRUE(manager_->Subscribe(job.id(), /*replay=*/true, &replay).ok());
+  int steps = 0;
+  for (const v1::JobEvent& e : replay.events()) {
+    if (e.type() != v1::JobEvent::TYPE_STEP) continue;
+    ++steps;
+    const int64_t step = e.step().step();
+    if (step % 2 == 0) {
+      ASSERT_TRUE(e.step().has_eval_loss()) << "step " << step;
+      EXPECT_DOUBLE_EQ(e.step().eval_loss(), 20.0 / step);
+      EXPECT_EQ(e.step().eval_tokens(), 64);
+      EXPECT_DOUBLE_EQ(e.job().last_eval_loss(), 20.0 / step);
+    } else {
+      EXPECT_FALSE(e.step().has_eval_loss()) << "step " << step;
+      EXPECT_EQ(e.job().has_last_eval_loss(), step > 2) << "step " << step;
+    }
+  }
+  EXPECT_EQ(steps, 5);
+  const v1::Job done = Get(job.id());
+  ASSERT_TRUE(done.has_last_eval_loss());
+  EXPECT_DOUBLE_EQ(done.last_eval_loss(), 5.0);  // step 4's, kept through step 5
+  auto stored = store_->LoadAll();
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_DOUBLE_EQ((*stored)[0].last_eval_loss(), 5.0);
+  EXPECT_NE(metrics_.Scrape().find("\nslidedp_eval_loss 5\n"), std::string::npos) << metrics_.Scrape();
+}
+
+TEST_F(JobManagerTest, JobsWithoutEvalDataHaveNoEvalLoss) {
+  const v1::Job job = Submit(3);
+  ASSERT_TRUE(WaitState(job.id(), v1::JOB_STATE_SUCCEEDED));
+  EXPECT_FALSE(Get(job.id()).has_last_eval_loss());
+}
+
 TEST_F(JobManagerTest, OnlyRecentFinishedJobsKeepTheirHistory) {
   std::vector<std::string> ids;
   for (int i = 0; i < 20; ++i) ids.push_back(Submit(2).id());

@@ -125,6 +125,19 @@ TEST(MetricsTest, ZeroSeriesExistBeforeTheFirstStep) {
   EXPECT_EQ(text.find("slidedp_host_memory_total_bytes 0\n"), std::string::npos) << text;
 }
 
+TEST(MetricsTest, EvalLossIsNanUntilTheFirstEvaluationAndKeptAfterIt) {
+  Metrics metrics("1");
+  EXPECT_NE(metrics.Scrape().find("\nslidedp_eval_loss Nan\n"), std::string::npos) << metrics.Scrape();
+  StepStats evaluated = SomeStep();
+  evaluated.eval_loss = 2.75;
+  evaluated.eval_tokens = 512;
+  metrics.RecordStep(evaluated, StepContext{1, 1000, 0});
+  EXPECT_TRUE(Has(metrics.Scrape(), "slidedp_eval_loss 2.75")) << metrics.Scrape();
+  metrics.RecordStep(SomeStep(), StepContext{1, 1000, 0});  // a step without evaluation
+  metrics.ClearRates();
+  EXPECT_TRUE(Has(metrics.Scrape(), "slidedp_eval_loss 2.75")) << metrics.Scrape();
+}
+
 TEST(MetricsTest, HostCpuUtilizationIsBetweenTwoScrapes) {
   Metrics metrics("1");
   metrics.Scrape();

@@ -1,0 +1,115 @@
+// Held-out evaluation in the trainer (EvalOptions): it runs after every eval interval
+// and after the last step, reports a finite mean loss over the eval tokens, and changes
+// nothing about training: the losses and the weights digest are bit-identical with and
+// without it. Bad options are refused naming them. (That its loss is the plain
+// forward's is in engine_exactness_test.cc.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/data/dataset.h"
+#include "runtime/engine/trainer.h"
+#include "tests/documents_dataset.h"
+
+namespace slidedp {
+namespace {
+
+TrainConfig Small() {
+  TrainConfig c;
+  c.model = "tiny";
+  c.data.format = "synthetic";
+  c.seq_len = 32;
+  c.micro_batch_size = 2;
+  c.grad_accum = 2;
+  c.workers = 2;
+  c.steps = 5;
+  c.optimizer.lr = 3e-3;
+  c.policy.loss_chunk_tokens = 24;
+  return c;
+}
+
+std::unique_ptr<Dataset> HeldOut(const TrainConfig& c) {
+  DataConfig d = c.data;
+  d.shuffle = false;
+  return testing::OpenDocuments(d, c.seq_len, /*vocab_size=*/512, /*seed=*/77);
+}
+
+struct TrainRun {
+  std::vector<StepStats> steps;
+  std::string digest;
+};
+
+TrainRun Train(const TrainConfig& c, EvalOptions eval) {
+  TrainerInputs inputs;
+  inputs.eval = std::move(eval);
+  auto trainer = Trainer::Create(c, std::move(inputs));
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  TrainRun run;
+  for (int64_t s = 0; s < c.steps; ++s) {
+    absl::StatusOr<StepStats> st = (*trainer)->Step();
+    EXPECT_TRUE(st.ok()) << st.status();
+    run.steps.push_back(*st);
+  }
+  run.digest = (*trainer)->WeightsDigest();
+  return run;
+}
+
+TEST(TrainerEval, RunsEveryIntervalAndAfterTheLastStepAndChangesNothing) {
+  const TrainConfig c = Small();
+  EvalOptions eval;
+  eval.dataset = HeldOut(c);
+  eval.interval = 2;
+  eval.batches = 3;
+  const TrainRun with = Train(c, std::move(eval));
+  const TrainRun without = Train(c, EvalOptions{});
+  ASSERT_EQ(with.steps.size(), 5u);
+  for (const StepStats& s : with.steps) {
+    const bool due = s.step == 2 || s.step == 4 || s.step == 5;
+    EXPECT_EQ(s.eval_loss.has_value(), due) << "step " << s.step;
+    if (!due) continue;
+    EXPECT_TRUE(std::isfinite(*s.eval_loss)) << "step " << s.step;
+    EXPECT_GT(*s.eval_loss, 0.0);
+    EXPECT_EQ(s.eval_tokens, 3 * c.global_batch_sequences() * c.seq_len);
+    EXPECT_GT(s.eval_seconds, 0.0);
+  }
+  for (size_t i = 0; i < without.steps.size(); ++i) {
+    EXPECT_EQ(with.steps[i].loss, without.steps[i].loss) << "step " << i + 1;
+    EXPECT_FALSE(without.steps[i].eval_loss.has_value());
+  }
+  EXPECT_EQ(with.digest, without.digest);
+}
+
+TEST(TrainerEval, IntervalZeroEvaluatesAfterTheLastStepOnly) {
+  TrainConfig c = Small();
+  c.steps = 3;
+  c.workers = 1;
+  c.policy.activations = "host";
+  EvalOptions eval;
+  eval.dataset = HeldOut(c);
+  const TrainRun run = Train(c, std::move(eval));
+  ASSERT_EQ(run.steps.size(), 3u);
+  EXPECT_FALSE(run.steps[0].eval_loss.has_value());
+  EXPECT_FALSE(run.steps[1].eval_loss.has_value());
+  ASSERT_TRUE(run.steps[2].eval_loss.has_value());
+  EXPECT_EQ(run.steps[2].eval_tokens, c.global_batch_sequences() * c.seq_len);
+}
+
+TEST(TrainerEval, BadOptionsAreRefusedNamingThem) {
+  const TrainConfig c = Small();
+  TrainerInputs inputs;
+  inputs.eval.interval = -1;
+  auto t = Trainer::Create(c, std::move(inputs));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("eval_interval"), std::string::npos) << t.status();
+  TrainerInputs none;
+  none.eval.batches = 0;
+  t = Trainer::Create(c, std::move(none));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("eval_batches"), std::string::npos) << t.status();
+}
+
+}  // namespace
+}  // namespace slidedp
