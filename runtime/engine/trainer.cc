@@ -22,6 +22,8 @@
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_checkpoint.h"
+#include "runtime/plan/calibration.h"
+#include "runtime/plan/plan_manager.h"
 #include "runtime/state/checkpoint.h"
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
@@ -95,13 +97,26 @@ constexpr int64_t kTraceSteps = 8;
 
 class EngineTrainer final : public Trainer {
  public:
-  EngineTrainer(const TrainConfig& config, const ModelConfig& model, std::unique_ptr<HostState> state,
-                std::unique_ptr<Dataset> data)
-      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)) {}
+  // `config` as the job asked, `effective` with the plan's knobs applied.
+  EngineTrainer(const TrainConfig& config, const TrainConfig& effective, const ModelConfig& model,
+                std::unique_ptr<HostState> state, std::unique_ptr<Dataset> data, PlanManager plan)
+      : requested_(config), config_(effective), model_(model), state_(std::move(state)), data_(std::move(data)),
+        plan_(std::move(plan)), probe_(config.policy.auto_plan) {}
 
-  // Allocates the shared route state, the update pipeline and the workers (device
-  // buffers included): errors such as a GPU out of memory come back here.
+  // Allocates the update pipeline and the workers.
   absl::Status Init() {
+    if (!config_.trace_file.empty()) trace_ = std::make_unique<StepTrace>();
+    pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
+    pipeline_->set_trace(trace_.get());
+    absl::Status built = BuildWorkers();
+    // With policy.auto a plan whose buffers do not fit shrinks before the first step.
+    if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) return ShrinkUntilBuilt(built, 0);
+    return built;
+  }
+
+  // Allocates the shared route state and the workers (device buffers included) for
+  // config_'s knobs: errors such as a GPU out of memory come back here.
+  absl::Status BuildWorkers() {
     const bool cuda = config_.device == "cuda";
     const int W = config_.workers;
     int64_t max_numel = 0;
@@ -120,9 +135,6 @@ class EngineTrainer final : public Trainer {
     }
     shared_ = std::make_unique<RouteShared>(W, max_numel, state_->num_units(), /*pin=*/cuda,
                                             /*host_sum=*/!DeviceReducesGradient(grad_route, W), std::move(comm));
-    if (!config_.trace_file.empty()) trace_ = std::make_unique<StepTrace>();
-    pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
-    pipeline_->set_trace(trace_.get());
     for (int w = 0; w < W; ++w) {
       const at::Device device = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w))
                                      : at::Device(at::kCPU);
@@ -147,7 +159,8 @@ class EngineTrainer final : public Trainer {
     return absl::OkStatus();
   }
   int64_t completed_steps() const override { return step_; }
-  const TrainConfig& config() const override { return config_; }
+  const TrainConfig& config() const override { return requested_; }
+  PlanReport Plan() const override { return plan_.report(); }
   const ModelConfig& model_config() const override { return model_; }
   int64_t num_parameters() const override { return state_->layout().total_numel; }
   std::string WeightsDigest() override {
@@ -174,8 +187,20 @@ class EngineTrainer final : public Trainer {
   // After a step: counts non-finite steps (failing after max_bad_steps in a row) and
   // writes the interval's checkpoint.
   absl::Status AfterStep(const StepUpdateSummary& u, StepStats& s);
+  // Runs every worker's part of the step on `batch`; the first error, naming the worker.
+  absl::StatusOr<std::vector<WorkerStepResult>> RunWorkers(const TokenBatch& batch, double lr, int64_t* tokens);
+  // Rebuilds the workers for `knobs` (after the updates issued so far are applied); the
+  // next step is the new plan's first.
+  absl::Status ApplyKnobs(const PlanKnobs& knobs);
+  // After a GPU out-of-memory in the workers: forgets the step's landings, shrinks the
+  // plan until the workers fit, so that the same step can run again.
+  absl::Status RecoverFromOutOfMemory(absl::Status error);
+  // Shrinks the plan and rebuilds the workers while `error` is an out-of-memory
+  // (`step`: the 0-based step it happened in, or about to run).
+  absl::Status ShrinkUntilBuilt(absl::Status error, int64_t step);
 
-  const TrainConfig config_;
+  const TrainConfig requested_;  // as the job asked: checkpoints and config()
+  TrainConfig config_;           // with the plan's knobs: the workers hold a reference
   const ModelConfig model_;
   std::unique_ptr<HostState> state_;
   std::unique_ptr<Dataset> data_;
@@ -183,6 +208,8 @@ class EngineTrainer final : public Trainer {
   std::unique_ptr<StepTrace> trace_;
   std::unique_ptr<UpdatePipeline> pipeline_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  PlanManager plan_;
+  bool probe_ = false;  // the next step is a plan's first: its updates wait for its last landing
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
   int64_t skipped_steps_ = 0;
@@ -213,7 +240,7 @@ absl::StatusOr<std::string> EngineTrainer::SaveCheckpoint() {
   meta.bad_steps_in_row = bad_in_row_;
   meta.seed = config_.seed;
   meta.data_cursor = data_->Cursor();
-  meta.config_json = TrainConfigToJson(config_);
+  meta.config_json = TrainConfigToJson(requested_);
   return WriteCheckpoint(config_.checkpoint_dir, meta, CheckpointUnits(), config_.keep_checkpoints);
 }
 
@@ -228,7 +255,7 @@ absl::Status EngineTrainer::Restore(const std::string& from) {
   if (!head.ok()) return head.status();
   absl::StatusOr<TrainConfig> saved = ParseTrainConfig(head->config_json, path);
   if (!saved.ok()) return saved.status();
-  if (std::string diff = TrajectoryMismatch(*saved, config_); !diff.empty()) {
+  if (std::string diff = TrajectoryMismatch(*saved, requested_); !diff.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "resume_from: checkpoint ", path, " is of a different job: ", diff));
   }
@@ -296,34 +323,81 @@ std::vector<WorkerBatch> EngineTrainer::Split(const TokenBatch& b, int64_t* targ
   return out;
 }
 
-absl::StatusOr<StepStats> EngineTrainer::Step() {
-  const double t0 = MonotonicSeconds();
-  absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
-  if (!batch.ok()) return batch.status();
-  int64_t tokens = 0;
-  std::vector<WorkerBatch> parts = Split(*batch, &tokens);
-  const double inv_tokens = tokens > 0 ? 1.0 / static_cast<double>(tokens) : 0.0;
-  const double lr = LearningRate(config_.optimizer, step_, config_.steps);
-  pipeline_->BeginStep(step_, lr);
-
+absl::StatusOr<std::vector<WorkerStepResult>> EngineTrainer::RunWorkers(const TokenBatch& batch, double lr,
+                                                                         int64_t* tokens) {
+  std::vector<WorkerBatch> parts = Split(batch, tokens);
+  const double inv_tokens = *tokens > 0 ? 1.0 / static_cast<double>(*tokens) : 0.0;
+  pipeline_->BeginStep(step_, lr, /*hold=*/probe_);
   std::vector<absl::StatusOr<WorkerStepResult>> results(workers_.size());
   std::vector<std::thread> threads;
   for (size_t w = 0; w < workers_.size(); ++w) {
     threads.emplace_back([&, w] { results[w] = workers_[w]->RunStep(step_, parts[w], inv_tokens); });
   }
   for (std::thread& t : threads) t.join();
+  std::vector<WorkerStepResult> out;
   for (size_t w = 0; w < results.size(); ++w) {
     if (!results[w].ok()) {
       return absl::Status(results[w].status().code(),
                           absl::StrCat("step ", step_ + 1, ", worker ", w, ": ", results[w].status().message()));
     }
+    out.push_back(*std::move(results[w]));
   }
+  return out;
+}
+
+absl::Status EngineTrainer::ApplyKnobs(const PlanKnobs& knobs) {
+  pipeline_->Drain();
+  workers_.clear();
+  shared_.reset();
+  config_ = WithKnobs(config_, knobs);
+  probe_ = true;
+  try {
+    return BuildWorkers();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("setting up the workers: ", e.what()));
+  }
+}
+
+absl::Status EngineTrainer::RecoverFromOutOfMemory(absl::Status error) {
+  // Nothing of this step was applied: its updates wait for its last landing (with
+  // clipping always, without it in a plan's first step).
+  if (absl::Status s = pipeline_->AbortStep(step_); !s.ok()) {
+    return absl::Status(error.code(), absl::StrCat(error.message(), "; ", s.message()));
+  }
+  pipeline_->Drain();
+  // bf16 landings wrote gradients into the streamed copies: rewrite them from the
+  // master weights, which this step has not touched.
+  if (!state_->fp32_grad()) state_->RefreshAllParams();
+  return ShrinkUntilBuilt(std::move(error), step_);
+}
+
+absl::Status EngineTrainer::ShrinkUntilBuilt(absl::Status error, int64_t step) {
+  while (absl::IsResourceExhausted(error)) {
+    absl::StatusOr<PlanKnobs> smaller = plan_.AfterOutOfMemory(error, step + 1);
+    if (!smaller.ok()) return smaller.status();
+    error = ApplyKnobs(*smaller);
+  }
+  return error;
+}
+
+absl::StatusOr<StepStats> EngineTrainer::Step() {
+  const double t0 = MonotonicSeconds();
+  absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
+  if (!batch.ok()) return batch.status();
+  const double lr = LearningRate(config_.optimizer, step_, config_.steps);
+  int64_t tokens = 0;
+  absl::StatusOr<std::vector<WorkerStepResult>> results = RunWorkers(*batch, lr, &tokens);
+  // A GPU out of memory with policy.auto: a smaller plan, the same step again.
+  while (!results.ok() && absl::IsResourceExhausted(results.status()) && requested_.policy.auto_plan) {
+    if (absl::Status s = RecoverFromOutOfMemory(results.status()); !s.ok()) return s;
+    results = RunWorkers(*batch, lr, &tokens);
+  }
+  if (!results.ok()) return results.status();
 
   const StepUpdateSummary u = pipeline_->Summary(step_);
   StepStats s;
   s.step = ++step_;
-  for (const absl::StatusOr<WorkerStepResult>& res : results) {
-    const WorkerStepResult& r = *res;
+  for (const WorkerStepResult& r : *results) {
     s.loss += r.loss_sum;
     s.forward_seconds += r.forward_seconds;
     s.backward_seconds += r.backward_seconds;
@@ -350,24 +424,21 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
     if (absl::Status w = trace_->Write(config_.trace_file); !w.ok()) return w;
   }
   if (absl::Status st = AfterStep(u, s); !st.ok()) return st;
+  // A plan's first step (and the job's) warms up: not a measure of the plan.
+  const bool first_of_plan = probe_ || s.step == 1;
+  probe_ = false;
+  if (std::optional<PlanKnobs> replanned = plan_.AfterStep(s, first_of_plan)) {
+    if (absl::Status st = ApplyKnobs(*replanned); !st.ok()) return st;
+  }
   return s;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config) {
-  if (absl::Status s = ValidateTrainConfig(config); !s.ok()) return s;
+// Builds the engine for `config` (the knobs of `plan` applied to `requested`).
+absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& requested, const TrainConfig& config,
+                                                      const ModelConfig& model_config, bool from_dir,
+                                                      PlanManager plan) {
+  const ModelConfig* model = &model_config;
   const bool cuda = config.device == "cuda";
-  if (cuda && (!at::hasCUDA() || at::getNumGPUs() < static_cast<size_t>(config.workers))) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device: cuda with ", config.workers, " workers needs as many GPUs and a CUDA-enabled LibTorch; ",
-        at::hasCUDA() ? absl::StrCat(at::getNumGPUs(), " GPUs are visible") : "this build has no CUDA"));
-  }
-  if (absl::Status s = ParseParamRoute(config.policy.param_route).status(); !s.ok()) return s;
-  if (absl::Status s = ParseGradRoute(config.policy.grad_route).status(); !s.ok()) return s;
-  bool from_dir = false;
-  absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
-  if (!model.ok()) return model.status();
   // GPUs compute in bf16 (fp32 master weights stay on the host); the CPU device as asked.
   const at::ScalarType dtype = cuda || config.compute_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   // Gradients land in bf16 in the streamed copy (14 bytes a parameter) unless asked
@@ -395,7 +466,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
   absl::StatusOr<std::unique_ptr<Dataset>> data =
       OpenDataset(config.data, config.seq_len, model->vocab_size, config.seed);
   if (!data.ok()) return data.status();
-  auto trainer = std::make_unique<EngineTrainer>(config, *model, std::move(state), std::move(*data));
+  plan.FixLanding(bf16_landing);
+  auto trainer = std::make_unique<EngineTrainer>(requested, config, *model, std::move(state), std::move(*data),
+                                                 std::move(plan));
   try {
     if (absl::Status s = trainer->Init(); !s.ok()) return s;
   } catch (const std::exception& e) {
@@ -405,6 +478,28 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
     if (absl::Status s = trainer->Restore(config.resume_from); !s.ok()) return s;
   }
   return std::unique_ptr<Trainer>(std::move(trainer));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config) {
+  if (absl::Status s = ValidateTrainConfig(config); !s.ok()) return s;
+  const bool cuda = config.device == "cuda";
+  if (cuda && (!at::hasCUDA() || at::getNumGPUs() < static_cast<size_t>(config.workers))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device: cuda with ", config.workers, " workers needs as many GPUs and a CUDA-enabled LibTorch; ",
+        at::hasCUDA() ? absl::StrCat(at::getNumGPUs(), " GPUs are visible") : "this build has no CUDA"));
+  }
+  if (absl::Status s = ParseParamRoute(config.policy.param_route).status(); !s.ok()) return s;
+  if (absl::Status s = ParseGradRoute(config.policy.grad_route).status(); !s.ok()) return s;
+  bool from_dir = false;
+  absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
+  if (!model.ok()) return model.status();
+  // The plan: the job's knobs, or with policy.auto those the policy chooses.
+  absl::StatusOr<PlanManager> plan = PlanManager::Start(*model, config);
+  if (!plan.ok()) return plan.status();
+  const TrainConfig effective = WithKnobs(config, plan->knobs());
+  return CreateEngine(config, effective, *model, from_dir, *std::move(plan));
 }
 
 }  // namespace slidedp

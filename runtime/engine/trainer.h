@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/model/model_config.h"
+#include "runtime/plan/plan_report.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
@@ -49,8 +50,8 @@ struct StepStats {
   int64_t h2d_bytes = 0;             // parameter bytes to devices (all workers)
   int64_t d2h_bytes = 0;             // gradient bytes to the host (all workers)
   std::vector<WorkerDeviceStats> workers;  // per worker (GPU), in rank order
-  // The step-time model's prediction for this step and its bottleneck resource
-  // ("h2d", "d2h", "gpu", "cpu_update", ...); 0 and empty before a plan exists.
+  // The step-time model's prediction for this step's knobs and its bottleneck resource
+  // ("gpu", "h2d", "d2h", "collective", "cpu_update", "host_memory"; runtime/plan/).
   double predicted_step_seconds = 0.0;
   std::string bottleneck;
 };
@@ -95,6 +96,11 @@ class Trainer {
 
   // Tokens with a loss in the completed steps (restored from a checkpoint).
   virtual int64_t tokens_seen() const { return 0; }
+
+  // The plan in use, its prediction beside the last measured step, and the policy's
+  // candidates (runtime/plan/plan_report.h); not available from trainers without one.
+  // From the job's thread, between steps.
+  virtual PlanReport Plan() const { return PlanReport(); }
 };
 
 }  // namespace slidedp
