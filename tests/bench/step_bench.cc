@@ -12,18 +12,10 @@
 #include <string>
 
 #include "runtime/engine/trainer.h"
+#include "tests/bench/bench_flags.h"
 
 namespace slidedp {
 namespace {
-
-std::string Flag(int argc, char** argv, const std::string& name, const std::string& def) {
-  const std::string prefix = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
-  }
-  return def;
-}
 
 double PeakRssGiB() {
   std::ifstream f("/proc/self/status");
