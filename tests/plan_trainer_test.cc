@@ -141,5 +141,43 @@ TEST(PlanTrainer, OutOfMemoryWithoutAutoFailsTheStep) {
   EXPECT_TRUE(absl::IsResourceExhausted(st.status())) << st.status();
 }
 
+TEST(PlanTrainer, RefineMovesTheRatesTowardTheMeasuredStep) {
+  const ModelShape shape = ShapeOf(*PresetConfig("tiny"));
+  Rates r = DefaultRates(shape, JobShapeOf(Tiny()));
+  StepPrediction predicted;
+  predicted.step_seconds = 1.0;
+  predicted.bottleneck = kResGpu;
+  StepStats s;
+  s.step_seconds = 1.5;
+  s.update_busy_seconds = static_cast<double>(shape.total_params()) / 1e6;  // 1e6 params/s
+  const double forward = r.forward_s, adamw = r.adamw_params_per_s;
+  RefineRates(s, predicted, shape, 0.5, r);
+  EXPECT_DOUBLE_EQ(r.forward_s, forward * 1.25);
+  EXPECT_DOUBLE_EQ(r.adamw_params_per_s, 0.5 * adamw + 0.5 * 1e6);
+  // Not the GPU's fault: the GPU times stay.
+  predicted.bottleneck = kResCpuUpdate;
+  RefineRates(s, predicted, shape, 0.5, r);
+  EXPECT_DOUBLE_EQ(r.forward_s, forward * 1.25);
+}
+
+TEST(PlanTrainer, SustainedDriftReplans) {
+  TrainConfig c = Tiny();
+  c.policy.auto_plan = true;
+  c.policy.replan_threshold = 0.15;
+  absl::StatusOr<PlanManager> m = PlanManager::Start(*PresetConfig("tiny"), c);
+  ASSERT_TRUE(m.ok()) << m.status();
+  bool replanned = false;
+  for (int step = 1; step <= 8 && m->report().last_change.find("re-planned") == std::string::npos; ++step) {
+    StepStats s;
+    s.step = step;
+    s.step_seconds = 3 * m->prediction().step_seconds;  // far slower than predicted
+    replanned |= m->AfterStep(s, /*first_of_plan=*/step == 1).has_value();
+    EXPECT_GT(s.predicted_step_seconds, 0);
+    EXPECT_FALSE(s.bottleneck.empty());
+  }
+  EXPECT_NE(m->report().last_change.find("re-planned after step 4"), std::string::npos) << m->report().last_change;
+  EXPECT_EQ(m->report().replans, replanned ? 1 : 0);
+}
+
 }  // namespace
 }  // namespace slidedp

@@ -1,7 +1,10 @@
-// Flags of the benchmark programs: "--name=value" from argv, or a default. No state.
+// Flags of the benchmark programs: "--name=value" from argv, or a default, and the job
+// fields they share. No state.
 #pragma once
 
 #include <string>
+
+#include "runtime/train_config.h"
 
 namespace slidedp {
 
@@ -12,6 +15,18 @@ inline std::string Flag(int argc, char** argv, const std::string& name, const st
     if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
   }
   return def;
+}
+
+// The job fields every benchmark takes: --model (qwen2.5-3b), --device (cuda),
+// --workers (1), --seq_len (4096); a small learning rate.
+inline TrainConfig BenchConfig(int argc, char** argv) {
+  TrainConfig c;
+  c.model = Flag(argc, argv, "model", "qwen2.5-3b");
+  c.device = Flag(argc, argv, "device", "cuda");
+  c.workers = std::stoi(Flag(argc, argv, "workers", "1"));
+  c.seq_len = std::stoll(Flag(argc, argv, "seq_len", "4096"));
+  c.optimizer.lr = 1e-5;
+  return c;
 }
 
 }  // namespace slidedp

@@ -59,17 +59,12 @@ Measured Run(const TrainConfig& c, int steps) {
 }
 
 int Main(int argc, char** argv) {
-  TrainConfig c;
-  c.model = Flag(argc, argv, "model", "qwen2.5-3b");
-  c.device = Flag(argc, argv, "device", "cuda");
-  c.workers = std::stoi(Flag(argc, argv, "workers", "1"));
-  c.seq_len = std::stoll(Flag(argc, argv, "seq_len", "4096"));
+  TrainConfig c = BenchConfig(argc, argv);
   const int64_t batch = std::stoll(Flag(argc, argv, "batch", "4"));
   const int steps = std::max(2, std::stoi(Flag(argc, argv, "steps", "3")));
   c.micro_batch_size = std::max<int64_t>(1, batch / c.workers);
   c.grad_accum = 1;
   c.steps = 1000;
-  c.optimizer.lr = 1e-5;
   if (Flag(argc, argv, "no_clip", "0") != "0") c.optimizer.max_grad_norm = 0;
   c.policy.loss_chunk_tokens = std::stoll(Flag(argc, argv, "loss_chunk", "4096"));
   const int max_configs = std::stoi(Flag(argc, argv, "max_configs", "0"));

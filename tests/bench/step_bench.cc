@@ -27,11 +27,7 @@ double PeakRssGiB() {
 }
 
 int Main(int argc, char** argv) {
-  TrainConfig c;
-  c.model = Flag(argc, argv, "model", "qwen2.5-3b");
-  c.device = Flag(argc, argv, "device", "cuda");
-  c.workers = std::stoi(Flag(argc, argv, "workers", "1"));
-  c.seq_len = std::stoll(Flag(argc, argv, "seq_len", "4096"));
+  TrainConfig c = BenchConfig(argc, argv);
   c.micro_batch_size = std::stoll(Flag(argc, argv, "micro_batch_size", "1"));
   c.grad_accum = std::stoll(Flag(argc, argv, "grad_accum", "4"));
   c.steps = std::stoll(Flag(argc, argv, "steps", "4"));
@@ -43,7 +39,6 @@ int Main(int argc, char** argv) {
   c.policy.param_route = Flag(argc, argv, "param_route", "replicate");
   c.trace_file = Flag(argc, argv, "trace", "");
   if (Flag(argc, argv, "no_clip", "0") != "0") c.optimizer.max_grad_norm = 0;
-  c.optimizer.lr = 1e-5;
   const auto t0 = std::chrono::steady_clock::now();
   auto trainer = Trainer::Create(c);
   if (!trainer.ok()) {
