@@ -141,6 +141,24 @@ TEST(PlanTrainer, OutOfMemoryWithoutAutoFailsTheStep) {
   EXPECT_TRUE(absl::IsResourceExhausted(st.status())) << st.status();
 }
 
+TEST(PlanTrainer, UsePlanSwitchesTheKnobsOverOneHostState) {
+  auto t = Trainer::Create(Tiny());
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Step().ok());
+  PlanKnobs k = KnobsOf(Tiny());
+  k.micro_batch_size = 1;
+  k.grad_accum = 4;
+  k.policy.prefetch_depth = 3;
+  ASSERT_TRUE((*t)->UsePlan(k).ok());
+  EXPECT_EQ((*t)->Plan().knobs.micro_batch_size, 1);
+  EXPECT_EQ((*t)->Plan().knobs.policy.prefetch_depth, 3);
+  absl::StatusOr<StepStats> st = (*t)->Step();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->step, 2);
+  k.grad_accum = 2;  // another global batch
+  EXPECT_TRUE(absl::IsInvalidArgument((*t)->UsePlan(k)));
+}
+
 TEST(PlanTrainer, RefineMovesTheRatesTowardTheMeasuredStep) {
   const ModelShape shape = ShapeOf(*PresetConfig("tiny"));
   Rates r = DefaultRates(shape, JobShapeOf(Tiny()));

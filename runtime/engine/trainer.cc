@@ -161,6 +161,7 @@ class EngineTrainer final : public Trainer {
   int64_t completed_steps() const override { return step_; }
   const TrainConfig& config() const override { return requested_; }
   PlanReport Plan() const override { return plan_.report(); }
+  absl::Status UsePlan(const PlanKnobs& knobs) override;
   const ModelConfig& model_config() const override { return model_; }
   int64_t num_parameters() const override { return state_->layout().total_numel; }
   std::string WeightsDigest() override {
@@ -356,6 +357,22 @@ absl::Status EngineTrainer::ApplyKnobs(const PlanKnobs& knobs) {
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("setting up the workers: ", e.what()));
   }
+}
+
+absl::Status EngineTrainer::UsePlan(const PlanKnobs& knobs) {
+  if (knobs.micro_batch_size * knobs.grad_accum != config_.micro_batch_size * config_.grad_accum) {
+    return absl::InvalidArgumentError(absl::StrCat("plan: ", knobs.micro_batch_size, " x ", knobs.grad_accum,
+                                                   " sequences a worker; the job has ",
+                                                   config_.micro_batch_size * config_.grad_accum));
+  }
+  TrainConfig next = WithKnobs(config_, knobs);
+  next.policy.grad_landing = config_.policy.grad_landing;
+  if (absl::Status s = ValidateTrainConfig(next); !s.ok()) return s;
+  if (!state_->fp32_grad() && !DeviceReducesGradient(*ParseGradRoute(next.policy.grad_route), next.workers)) {
+    return absl::InvalidArgumentError("plan: gradients land in bf16, which needs a route whose devices reduce");
+  }
+  plan_.Force(knobs);
+  return ApplyKnobs(plan_.knobs());
 }
 
 absl::Status EngineTrainer::RecoverFromOutOfMemory(absl::Status error) {

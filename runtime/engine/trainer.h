@@ -101,6 +101,15 @@ class Trainer {
   // candidates (runtime/plan/plan_report.h); not available from trainers without one.
   // From the job's thread, between steps.
   virtual PlanReport Plan() const { return PlanReport(); }
+
+  // Runs the next steps with `knobs` (after the updates issued so far are applied),
+  // whatever policy.auto says: for benchmarks that sweep plans over one host state.
+  // INVALID_ARGUMENT for knobs the host state cannot serve (another global batch, a
+  // gradient route that needs fp32 landing when gradients land in bf16).
+  virtual absl::Status UsePlan(const PlanKnobs& knobs) {
+    (void)knobs;
+    return absl::UnimplementedError("this trainer has no plan to change");
+  }
 };
 
 }  // namespace slidedp

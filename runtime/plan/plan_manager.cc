@@ -61,6 +61,13 @@ void PlanManager::Use(const PlanKnobs& knobs) {
   report_.prediction = PredictStep(shape_, job_, knobs, report_.rates);
 }
 
+void PlanManager::Force(const PlanKnobs& knobs) {
+  PlanKnobs k = knobs;
+  k.policy.grad_landing = report_.knobs.policy.grad_landing;
+  Use(k);
+  report_.last_change = absl::StrCat("set by the caller: ", DescribeKnobs(k));
+}
+
 void PlanManager::FixLanding(bool bf16) {
   report_.knobs.policy.grad_landing = bf16 ? "bf16" : "fp32";
 }

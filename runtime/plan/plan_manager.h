@@ -45,6 +45,9 @@ class PlanManager {
   // to shrink.
   absl::StatusOr<PlanKnobs> AfterOutOfMemory(const absl::Status& error, int64_t step);
 
+  // Knobs chosen by someone else (Trainer::UsePlan), from now on; the landing stays.
+  void Force(const PlanKnobs& knobs);
+
   const PlanReport& report() const { return report_; }
 
  private:

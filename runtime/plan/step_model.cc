@@ -176,10 +176,11 @@ class StepReplay {
         bf16_landing_(Bf16Landing(job, k.policy)),
         updated_(U_, -1) {}
 
-  // Replays step `step` starting at `start` (host thread), returns its end op.
-  int Step(int step, double start, int start_cause);
-  // Runs the update thread over this step's landings; returns nothing, fills updated_.
-  void Updates(int step);
+  // Replays one step starting at `start` on the worker thread (`start_cause`: the op
+  // that ended the previous step); returns the op that ends it.
+  int Step(double start, int start_cause);
+  // Runs the update thread over the last step's landings (fills updated_).
+  void Updates();
 
   const Replay& replay() const { return r_; }
   std::vector<int> compute_ops;  // of the last replayed step
@@ -203,14 +204,14 @@ class StepReplay {
   void Sync(int op) {
     if (!job_.cuda) host_.WaitFor(r_, op);
   }
-  int Fetch(int step, int item, bool backward_phase);
+  int Fetch(int item, bool backward_phase);
   int Compute(const std::string& what, double seconds, std::initializer_list<int> deps) {
     const int op = r_.Add(kResGpu, what, seconds, deps, host_.t, host_.cause);
     compute_ops.push_back(op);
     Sync(op);
     return op;
   }
-  void Land(int step, int u, int compute_op);
+  void Land(int u, int compute_op);
 
   const ModelShape& shape_;
   const JobShape& job_;
@@ -232,7 +233,7 @@ class StepReplay {
   int update_thread_ = -1;
 };
 
-int StepReplay::Fetch(int step, int item, bool backward_phase) {
+int StepReplay::Fetch(int item, bool backward_phase) {
   if (item >= static_cast<int>(schedule_.size())) return -1;
   const int u = schedule_[item];
   const int S = static_cast<int>(slot_free_.size());
@@ -249,12 +250,10 @@ int StepReplay::Fetch(int step, int item, bool backward_phase) {
                 host_.t, host_.cause);
     Sync(op);
   }
-  (void)step;
   return op;
 }
 
-void StepReplay::Land(int step, int u, int compute_op) {
-  (void)step;
+void StepReplay::Land(int u, int compute_op) {
   const int64_t numel = shape_.unit_params[u];
   const std::string& route = k_.policy.grad_route;
   const bool host_sum = W_ > 1 && route == "gather_host";
@@ -287,7 +286,7 @@ void StepReplay::Land(int step, int u, int compute_op) {
   Sync(lander_);
 }
 
-int StepReplay::Step(int step, double start, int start_cause) {
+int StepReplay::Step(double start, int start_cause) {
   const int head = U_ - 1;
   const bool tied = shape_.tied;
   const int64_t MB = k_.grad_accum;
@@ -308,7 +307,7 @@ int StepReplay::Step(int step, double start, int start_cause) {
   fetched_.assign(schedule_.size(), -1);
   int next_fetch = 0;
   auto fetch_next = [&](bool bwd) {
-    if (next_fetch < static_cast<int>(schedule_.size())) fetched_[next_fetch] = Fetch(step, next_fetch, bwd);
+    if (next_fetch < static_cast<int>(schedule_.size())) fetched_[next_fetch] = Fetch(next_fetch, bwd);
     ++next_fetch;
   };
   for (int i = 0; i < std::max(1, k_.policy.prefetch_depth); ++i) fetch_next(false);
@@ -349,7 +348,7 @@ int StepReplay::Step(int step, double start, int start_cause) {
               {head_fetch, table_fetch, gacc_free_[next_gacc_], emb_free_});
   slot_free_[head_item % S] = c;
   if (tied) slot_free_[table_item % S] = c;
-  Land(step, head, c);
+  Land(head, c);
 
   int restored = -1;
   if (offload && head > 1) {
@@ -374,17 +373,16 @@ int StepReplay::Step(int step, double start, int start_cause) {
                 block_bwd + rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
                 {acquire, inputs, gacc_free_[next_gacc_]});
     slot_free_[it % S] = c;
-    Land(step, u, c);
+    Land(u, c);
   }
   c = Compute("backward embedding", T * rates_.embed_s * 0.75 + launch +
                   rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[0]), {});
-  Land(step, 0, c);
+  Land(0, c);
   // The step ends when the compute stream is done and every landing is complete.
   return r_.Add("step end", "step end", 0.0, {c, lander_}, host_.t, host_.cause);
 }
 
-void StepReplay::Updates(int step) {
-  (void)step;
+void StepReplay::Updates() {
   // Availability of each unit's update: as it lands (no clipping) or once all have.
   std::vector<double> avail(U_);
   std::vector<int> avail_cause(U_);
@@ -461,8 +459,8 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
   int begin_cause = -1;
   double begin = 0.0;
   for (int step = 0; step < kSteps; ++step) {
-    const int end = replay.Step(step, begin, begin_cause);
-    replay.Updates(step);
+    const int end = replay.Step(begin, begin_cause);
+    replay.Updates();
     ends.push_back(end);
     begin = replay.replay().op(end).end;
     begin_cause = end;

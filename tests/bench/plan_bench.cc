@@ -2,8 +2,9 @@
 // model shape and global batch it calibrates, prints the policy's plan and its
 // prediction, then sweeps the knobs (micro-batch size, prefetch depth, activation
 // placement; the routes with several workers), running each plan that fits the memory
-// budget for a few steps with the real engine, and prints predicted against measured
-// step time per plan, then the policy's choice against the best measured plan.
+// budget for a few steps with the real engine (one host state, Trainer::UsePlan), and
+// prints predicted against measured step time per plan (the mean of the steps after a
+// plan's first), then the policy's choice against the best measured plan.
 // Usage: plan_bench [--model=qwen2.5-3b] [--device=cuda] [--workers=1] [--seq_len=4096]
 //                   [--batch=4] [--steps=3] [--no_clip=1] [--loss_chunk=4096]
 //                   [--prefetch=1,2,3] [--activations=device,host] [--budget_gib=0]
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,16 +35,12 @@ struct Measured {
   std::string error;
 };
 
-Measured Run(const TrainConfig& c, int steps) {
+// `steps` steps of `trainer` with the plan it has now.
+Measured Run(Trainer& trainer, int steps) {
   Measured m;
-  auto trainer = Trainer::Create(c);
-  if (!trainer.ok()) {
-    m.error = std::string(trainer.status().message());
-    return m;
-  }
   double sum = 0;
   for (int s = 0; s < steps; ++s) {
-    absl::StatusOr<StepStats> st = (*trainer)->Step();
+    absl::StatusOr<StepStats> st = trainer.Step();
     if (!st.ok()) {
       m.error = std::string(st.status().message());
       return m;
@@ -52,7 +50,6 @@ Measured Run(const TrainConfig& c, int steps) {
       m.gpu_peak_gib = std::max(m.gpu_peak_gib, w.memory_peak_bytes / double(int64_t{1} << 30));
     }
   }
-  (*trainer)->Drain().IgnoreError();
   m.ok = true;
   m.step_seconds = sum / std::max(1, steps - 1);
   return m;
@@ -109,6 +106,7 @@ int Main(int argc, char** argv) {
   std::printf("\n| plan | fits | predicted s | measured s | error | bottleneck | GPU memory predicted / peak GiB |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   double best = 1e30, policy_measured = 0, worst_error = 0;
+  std::unique_ptr<Trainer> trainer;
   std::string best_plan;
   int run = 0;
   for (const Candidate& cand : choice->candidates) {
@@ -120,10 +118,24 @@ int Main(int argc, char** argv) {
       continue;
     }
     ++run;
-    TrainConfig ci = WithKnobs(c, cand.knobs);
-    ci.policy.auto_plan = false;
-    const Measured m = Run(ci, steps);
+    // One host state for the whole sweep (a 7B state takes a minute to set up); a
+    // fresh one only after a failed step.
+    if (trainer == nullptr) {
+      absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c);
+      if (!t.ok()) {
+        std::fprintf(stderr, "plan_bench: %s\n", std::string(t.status().message()).c_str());
+        return 1;
+      }
+      trainer = *std::move(t);
+    }
+    Measured m;
+    if (absl::Status s = trainer->UsePlan(cand.knobs); !s.ok()) {
+      m.error = std::string(s.message());
+    } else {
+      m = Run(*trainer, steps);
+    }
     if (!m.ok) {
+      trainer.reset();
       std::printf("| %s | yes | %.3f | failed: %s | - | %s | %.1f / - |\n", name.c_str(), cand.prediction.step_seconds,
                   m.error.c_str(), cand.prediction.bottleneck.c_str(), mem);
       continue;
