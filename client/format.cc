@@ -139,6 +139,67 @@ std::string FormatNode(const v1::NodeInfo& node) {
   return out;
 }
 
+namespace {
+
+std::string KnobsText(const v1::PlanKnobs& k) {
+  return absl::StrFormat("%d x %d micro-batches, prefetch %d, activations %s, %s/%s, loss chunk %d", k.micro_batch_size(),
+                         k.grad_accum(), k.prefetch_depth(), k.activations(), k.param_route(), k.grad_route(),
+                         k.loss_chunk_tokens());
+}
+
+double SecondsOf(const google::protobuf::RepeatedPtrField<v1::ResourceTime>& times, const std::string& resource) {
+  for (const v1::ResourceTime& t : times) {
+    if (t.resource() == resource) return t.seconds();
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+std::string FormatPlan(const v1::Plan& plan) {
+  std::string out;
+  absl::StrAppend(&out, "job:             ", plan.job_id(), plan.auto_() ? " (policy.auto)" : "", "\n");
+  absl::StrAppend(&out, "plan:            ", KnobsText(plan.knobs()), "\n");
+  absl::StrAppend(&out, "step time:       ", absl::StrFormat("predicted %.3f s", plan.predicted_step_seconds()));
+  if (plan.measured_step_seconds() > 0) {
+    absl::StrAppend(&out, absl::StrFormat(", measured %.3f s (%+.1f%%) at step %d", plan.measured_step_seconds(),
+                                          100 * (plan.measured_step_seconds() / plan.predicted_step_seconds() - 1),
+                                          plan.step()));
+  }
+  absl::StrAppend(&out, "\n");
+  absl::StrAppend(&out, "bottleneck:      ", plan.bottleneck().empty() ? "-" : plan.bottleneck(), "\n");
+  absl::StrAppend(&out, absl::StrFormat("fill / drain:    %.3f s / %.3f s\n", plan.fill_seconds(), plan.drain_seconds()));
+  absl::StrAppend(&out, "resource          busy s  critical s  gpu idle s\n");
+  for (const char* r : {"gpu", "h2d", "d2h", "collective", "cpu_update", "host_memory"}) {
+    absl::StrAppend(&out, absl::StrFormat("  %-14s %8.3f  %10.3f  %10.3f\n", r, SecondsOf(plan.busy(), r),
+                                          SecondsOf(plan.critical(), r), SecondsOf(plan.exposed(), r)));
+  }
+  absl::StrAppend(&out, "critical path:\n");
+  for (const v1::PathSegment& s : plan.critical_path()) {
+    absl::StrAppend(&out, absl::StrFormat("  %-12s %8.3f s  %s\n", s.resource(), s.seconds(), s.what()));
+  }
+  absl::StrAppend(&out, "gpu memory:      ", Bytes(plan.memory().total_bytes()), " predicted of ",
+                  plan.memory_budget_bytes() > 0 ? Bytes(plan.memory_budget_bytes()) : std::string("no budget"), "\n");
+  if (plan.calibration_seconds() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("calibration:     %.2f s\n", plan.calibration_seconds()));
+    for (const std::string& n : plan.calibration_notes()) absl::StrAppend(&out, "  ", n, "\n");
+  }
+  absl::StrAppend(&out, "re-plans:        ", plan.replans(), ", out-of-memory retries: ", plan.oom_retries(), "\n");
+  if (!plan.last_change().empty()) absl::StrAppend(&out, "last change:     ", plan.last_change(), "\n");
+  if (plan.candidates_size() > 0) {
+    absl::StrAppend(&out, "candidates (", plan.candidates_size(), "):\n");
+    absl::StrAppend(&out, "     predicted s  bottleneck   memory      fits  plan\n");
+    for (const v1::PlanCandidate& c : plan.candidates()) {
+      absl::StrAppend(&out, absl::StrFormat("  %s %11.3f  %-11s  %-10s  %-4s  %s\n", c.chosen() ? "*" : " ",
+                                            c.predicted_step_seconds(), c.bottleneck(), Bytes(c.memory_bytes()),
+                                            c.fits() ? "yes" : "no", KnobsText(c.knobs())));
+    }
+  } else if (plan.candidate_count() > 0) {
+    absl::StrAppend(&out, "candidates:      ", plan.candidate_count(), " (--candidates to list them)\n");
+  }
+  return out;
+}
+
 std::string ProgressLine::Render(const v1::JobEvent& event) {
   const v1::Job& job = event.job();
   if (event.type() == v1::JobEvent::TYPE_STEP && event.step().step_seconds() > 0) {

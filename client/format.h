@@ -7,6 +7,7 @@
 
 #include "slidedp/v1/job.pb.h"
 #include "slidedp/v1/node.pb.h"
+#include "slidedp/v1/plan.pb.h"
 #include "slidedp/v1/service.pb.h"
 
 namespace slidedp::client {
@@ -23,6 +24,10 @@ std::string ToJson(const google::protobuf::Message& message);
 std::string FormatJobTable(const v1::ListJobsResponse& jobs);
 std::string FormatJobDetail(const v1::Job& job);
 std::string FormatNode(const v1::NodeInfo& node);
+// `slidedp plan`: the knobs, predicted against measured step time, each resource's busy
+// and exposed time, the bottleneck, the critical path, memory against the budget, and
+// the candidates table when the plan carries it.
+std::string FormatPlan(const v1::Plan& plan);
 // "job-... RUNNING step 12/60 (pause requested)".
 std::string FormatJobSummary(const v1::Job& job);
 

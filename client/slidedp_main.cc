@@ -29,6 +29,7 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM root certificate(s) to verify the daemon
 ABSL_FLAG(int, timeout, 30, "Seconds to wait for each call (watch: for the stream to open)");
 ABSL_FLAG(std::vector<std::string>, state, {}, "list: only jobs in these states (comma-separated)");
 ABSL_FLAG(bool, replay, false, "watch: also print the events recorded before the watch started");
+ABSL_FLAG(bool, candidates, false, "plan: also list every candidate plan the policy evaluated");
 
 namespace {
 
@@ -55,6 +56,8 @@ constexpr const char* kUsageText =
     "  pause ID      stop at the next step boundary, keeping the state\n"
     "  resume ID     continue a paused job\n"
     "  cancel ID     stop and discard a job\n"
+    "  plan ID       the job's plan: knobs, predicted vs measured step time, each resource's\n"
+    "                busy time, the bottleneck, memory vs budget (--candidates: the search)\n"
     "  node          the daemon's machine: CPUs, memory, GPUs, measured rates\n"
     "Exit codes: 0 ok, 1 error (with the daemon's message on stderr), 2 usage, 3 job\n"
     "FAILED, 4 job CANCELLED (watch).";
@@ -243,6 +246,17 @@ int Node(const Client& client) {
   return kOk;
 }
 
+int Plan(const Client& client, const std::string& id) {
+  v1::GetPlanRequest request;
+  request.set_id(id);
+  request.set_include_candidates(absl::GetFlag(FLAGS_candidates));
+  v1::Plan plan;
+  grpc::Status status = client.stub().GetPlan(client.Context().get(), request, &plan);
+  if (!status.ok()) return FailRpc(status);
+  std::cout << (JsonOutput() ? slidedp::client::ToJson(plan) + "\n" : slidedp::client::FormatPlan(plan));
+  return kOk;
+}
+
 int Run(const std::vector<std::string>& args) {
   if (args.empty()) {
     std::cerr << kUsageText << "\n";
@@ -265,6 +279,7 @@ int Run(const std::vector<std::string>& args) {
   if (command == "list") return List(c);
   if (command == "node") return Node(c);
   if (command == "watch") return Watch(c, args[1]);
+  if (command == "plan") return Plan(c, args[1]);
   if (command == "get") {
     return JobCall<v1::GetJobRequest>(args[1], [&](const auto& r, v1::Job* j) {
       return stub.GetJob(c.Context().get(), r, j); }, /*detail=*/true);

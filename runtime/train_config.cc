@@ -58,6 +58,9 @@ void VisitFields(PolicyConfig& p, V& v) {
   v.Field("mlp_tile_tokens", p.mlp_tile_tokens);
   v.Field("update_threads", p.update_threads);
   v.Field("grad_landing", p.grad_landing);
+  v.Field("auto", p.auto_plan);
+  v.Field("gpu_memory_budget_bytes", p.gpu_memory_budget_bytes);
+  v.Field("replan_threshold", p.replan_threshold);
 }
 
 template <typename V>
@@ -441,6 +444,9 @@ Check CheckPolicy(const PolicyConfig& p) {
   if (Check c = AtLeast<int64_t>("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1)) return c;
   if (Check c = AtLeast<int64_t>("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0)) return c;
   if (Check c = OneOf("policy.grad_landing", p.grad_landing, {"auto", "fp32", "bf16"})) return c;
+  if (Check c = AtLeast<int64_t>("policy.gpu_memory_budget_bytes", p.gpu_memory_budget_bytes, 0)) return c;
+  const bool drift_ok = p.replan_threshold > 0 && std::isfinite(p.replan_threshold);
+  if (Check c = Real("policy.replan_threshold", p.replan_threshold, drift_ok, "> 0 and finite")) return c;
   return InRange("policy.update_threads", p.update_threads, 0, 1024);
 }
 

@@ -53,6 +53,15 @@ struct PolicyConfig {
   // compute and a route whose devices reduce, i.e. not gather_host with several
   // workers), "auto" (bf16 on cuda where allowed, else fp32).
   std::string grad_landing = "auto";
+  // The policy manager (runtime/plan/): with `auto`, the job calibrates at start, picks
+  // micro_batch_size/grad_accum (same global batch), prefetch_depth, activations and
+  // the routes that fit the GPU memory budget and minimize the predicted step time,
+  // re-plans when the measured step time drifts from the prediction by more than
+  // replan_threshold (relative), and on a GPU out-of-memory shrinks the plan and
+  // retries the step. Off: the knobs above as given (the step time is still predicted).
+  bool auto_plan = false;                   // "policy.auto" in job files
+  int64_t gpu_memory_budget_bytes = 0;      // per GPU; 0: the device's free memory
+  double replan_threshold = 0.15;
 };
 
 struct TrainConfig {

@@ -72,10 +72,10 @@ int Fail(const absl::Status& status, const char* what) {
 }
 
 void PrintStep(const StepStats& s, int64_t total_steps) {
-  std::printf("step %lld/%lld | loss %.4f | grad_norm %.3f | lr %.1e | %.0f tok/s | %.3f s%s\n",
+  std::printf("step %lld/%lld | loss %.4f | grad_norm %.3f | lr %.1e | %.0f tok/s | %.3f s (predicted %.3f s, %s)%s\n",
               static_cast<long long>(s.step), static_cast<long long>(total_steps), s.loss,
-              s.grad_norm, s.lr, s.tokens_per_second, s.step_seconds,
-              s.skipped ? " | skipped (non-finite gradient)" : "");
+              s.grad_norm, s.lr, s.tokens_per_second, s.step_seconds, s.predicted_step_seconds,
+              s.bottleneck.empty() ? "-" : s.bottleneck.c_str(), s.skipped ? " | skipped (non-finite gradient)" : "");
   std::fflush(stdout);
 }
 
@@ -105,6 +105,10 @@ int Train(const TrainConfig& config) {
   if (!created.ok()) return Fail(created.status(), "cannot start the job");
   Trainer& trainer = **created;
   PrintJob(trainer);
+  const PlanReport plan = trainer.Plan();
+  std::printf("slidedp-train: plan %s | predicted %.3f s a step, bottleneck %s | %s\n",
+              DescribeKnobs(plan.knobs).c_str(), plan.prediction.step_seconds, plan.prediction.bottleneck.c_str(),
+              plan.last_change.c_str());
   while (trainer.completed_steps() < config.steps) {
     absl::StatusOr<StepStats> stats = trainer.Step();
     if (!stats.ok()) {

@@ -333,4 +333,15 @@ NodeSnapshot JobManager::node_snapshot() const {
   return node;
 }
 
+absl::StatusOr<PlanReport> JobManager::GetPlan(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  const Entry* e = Find(id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
+  if (!e->plan.available) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has no plan yet (state ",
+                                                      StateName(e->job.state()), "): it is made when the job starts"));
+  }
+  return e->plan;
+}
+
 }  // namespace slidedp::server

@@ -117,6 +117,10 @@ class JobManager {
 
   NodeSnapshot node_snapshot() const;
 
+  // The job's plan as its trainer last reported it (after start and after every step).
+  // NOT_FOUND for unknown ids, FAILED_PRECONDITION before the job has a trainer.
+  absl::StatusOr<PlanReport> GetPlan(const std::string& id) const;
+
  private:
   struct Entry {
     v1::Job job;
@@ -125,6 +129,7 @@ class JobManager {
     // Loaded RUNNING or PAUSED from the store: the job thread continues it from its
     // checkpoint instead of starting it.
     bool restored = false;
+    PlanReport plan;  // the trainer's, copied on the job thread
   };
   struct Subscription {
     std::string job_id;
@@ -164,6 +169,7 @@ class JobManager {
       ABSL_LOCKS_EXCLUDED(mu_);
   void RecordStep(const std::string& id, const StepStats& stats, const TrainConfig& config,
                   int64_t num_parameters) ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordPlan(const std::string& id, const Trainer& trainer) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status FinishTraining(const std::string& id, const TrainConfig& config, Trainer& trainer)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(const std::string& id, v1::JobState state, const std::string& message)

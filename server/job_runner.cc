@@ -137,6 +137,7 @@ void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
     absl::MutexLock lock(&mu_);
     Find(id)->job.set_num_parameters(num_parameters);
   }
+  RecordPlan(id, *trainer);
   for (;;) {
     absl::Status error;
     const Boundary boundary = AtStepBoundary(id, *trainer, &error);
@@ -177,6 +178,7 @@ void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
       return;
     }
     RecordStep(id, *stats, config, num_parameters);
+    RecordPlan(id, *trainer);
   }
   absl::Status done = FinishTraining(id, config, *trainer);
   trainer.reset();
@@ -215,6 +217,12 @@ JobManager::Boundary JobManager::AtStepBoundary(const std::string& id, Trainer& 
   if (e.job.state() == v1::JOB_STATE_CANCELLED) return Boundary::kCancelled;
   if (e.job.state() != v1::JOB_STATE_RUNNING) return Boundary::kShutdown;
   return Boundary::kContinue;
+}
+
+void JobManager::RecordPlan(const std::string& id, const Trainer& trainer) {
+  PlanReport plan = trainer.Plan();  // a copy, outside the lock
+  absl::MutexLock lock(&mu_);
+  Find(id)->plan = std::move(plan);
 }
 
 void JobManager::RecordStep(const std::string& id, const StepStats& stats,

@@ -21,7 +21,7 @@ constexpr std::array<const char*, 7> kStateNames = {
 
 // The resources a step-time model names as the bottleneck (StepStats::bottleneck):
 // their slidedp_bottleneck series exist from the start, at 0; others appear when named.
-constexpr std::array<const char*, 4> kBottlenecks = {"h2d", "d2h", "gpu", "cpu_update"};
+constexpr std::array<const char*, 6> kBottlenecks = {"h2d", "d2h", "gpu", "cpu_update", "collective", "host_memory"};
 
 prometheus::Gauge* Gauge(prometheus::Registry& r, const char* name, const char* help,
                          const prometheus::Labels& labels = {}) {

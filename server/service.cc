@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/grpc_status.h"
+#include "server/plan_translation.h"
 #include "server/proc_stats.h"
 #include "server/spec_translation.h"
 #include "server/watch_reactor.h"
@@ -175,6 +176,19 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::CancelJob(grpc::CallbackServerCon
     if (absl::Status s = CheckAuth(*context); !s.ok()) return s;
     if (absl::Status s = CheckJobId(request->id()); !s.ok()) return s;
     return Assign(options_.jobs->Cancel(request->id()), response);
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingServiceImpl::GetPlan(grpc::CallbackServerContext* context,
+                                                       const v1::GetPlanRequest* request,
+                                                       v1::Plan* response) {
+  return Unary(context, [&]() -> absl::Status {
+    if (absl::Status s = CheckAuth(*context); !s.ok()) return s;
+    if (absl::Status s = CheckJobId(request->id()); !s.ok()) return s;
+    absl::StatusOr<PlanReport> plan = options_.jobs->GetPlan(request->id());
+    if (!plan.ok()) return plan.status();
+    *response = PlanToProto(request->id(), *plan, request->include_candidates());
+    return absl::OkStatus();
   });
 }
 

@@ -46,6 +46,9 @@ class TrainingServiceImpl final : public v1::TrainingService::CallbackService {
   grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* context,
                                     const v1::GetNodeRequest* request,
                                     v1::NodeInfo* response) override;
+  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* context,
+                                    const v1::GetPlanRequest* request,
+                                    v1::Plan* response) override;
 
  private:
   // UNAUTHENTICATED unless the call carries "authorization: Bearer <token>".

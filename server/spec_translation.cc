@@ -82,6 +82,9 @@ void ApplyPolicy(const v1::PolicySpec& p, PolicyConfig* c) {
   Take(p.has_loss_chunk_tokens(), p.loss_chunk_tokens(), &c->loss_chunk_tokens);
   Take(p.has_update_threads(), p.update_threads(), &c->update_threads);
   Take(p.has_mlp_tile_tokens(), p.mlp_tile_tokens(), &c->mlp_tile_tokens);
+  Take(p.has_auto_(), p.auto_(), &c->auto_plan);
+  Take(p.has_gpu_memory_budget_bytes(), p.gpu_memory_budget_bytes(), &c->gpu_memory_budget_bytes);
+  Take(p.has_replan_threshold(), p.replan_threshold(), &c->replan_threshold);
 }
 
 bool LooksLikePath(const std::string& model) {
@@ -207,6 +210,9 @@ v1::JobSpec TrainConfigToJobSpec(const TrainConfig& c) {
   p->set_loss_chunk_tokens(c.policy.loss_chunk_tokens);
   p->set_update_threads(c.policy.update_threads);
   p->set_mlp_tile_tokens(c.policy.mlp_tile_tokens);
+  p->set_auto_(c.policy.auto_plan);
+  p->set_gpu_memory_budget_bytes(c.policy.gpu_memory_budget_bytes);
+  p->set_replan_threshold(c.policy.replan_threshold);
   s.set_log_every(c.log_every);
   s.set_max_bad_steps(c.max_bad_steps);
   return s;

@@ -23,6 +23,8 @@
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_checkpoint.h"
+#include "runtime/plan/calibration.h"
+#include "runtime/plan/plan_manager.h"
 #include "runtime/state/checkpoint.h"
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
@@ -96,15 +98,29 @@ constexpr int64_t kTraceSteps = 8;
 
 class EngineTrainer final : public Trainer {
  public:
-  EngineTrainer(const TrainConfig& config, const ModelConfig& model, std::unique_ptr<HostState> state,
-                std::unique_ptr<Dataset> data, EvalOptions eval)
-      : config_(config), model_(model), state_(std::move(state)), data_(std::move(data)), eval_(std::move(eval)) {
+  // `config` as the job asked, `effective` with the plan's knobs applied.
+  EngineTrainer(const TrainConfig& config, const TrainConfig& effective, const ModelConfig& model,
+                std::unique_ptr<HostState> state, std::unique_ptr<Dataset> data, EvalOptions eval,
+                PlanManager plan)
+      : requested_(config), config_(effective), model_(model), state_(std::move(state)), data_(std::move(data)),
+        eval_(std::move(eval)), plan_(std::move(plan)), probe_(config.policy.auto_plan) {
     if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
   }
 
-  // Allocates the shared route state, the update pipeline and the workers (device
-  // buffers included): errors such as a GPU out of memory come back here.
+  // Allocates the update pipeline and the workers.
   absl::Status Init() {
+    if (!config_.trace_file.empty()) trace_ = std::make_unique<StepTrace>();
+    pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
+    pipeline_->set_trace(trace_.get());
+    absl::Status built = BuildWorkers();
+    // With policy.auto a plan whose buffers do not fit shrinks before the first step.
+    if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) return ShrinkUntilBuilt(built, 0);
+    return built;
+  }
+
+  // Allocates the shared route state and the workers (device buffers included) for
+  // config_'s knobs: errors such as a GPU out of memory come back here.
+  absl::Status BuildWorkers() {
     const bool cuda = config_.device == "cuda";
     const int W = config_.workers;
     int64_t max_numel = 0;
@@ -123,9 +139,6 @@ class EngineTrainer final : public Trainer {
     }
     shared_ = std::make_unique<RouteShared>(W, max_numel, state_->num_units(), /*pin=*/cuda,
                                             /*host_sum=*/!DeviceReducesGradient(grad_route, W), std::move(comm));
-    if (!config_.trace_file.empty()) trace_ = std::make_unique<StepTrace>();
-    pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
-    pipeline_->set_trace(trace_.get());
     for (int w = 0; w < W; ++w) {
       const at::Device device = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w))
                                      : at::Device(at::kCPU);
@@ -150,7 +163,9 @@ class EngineTrainer final : public Trainer {
     return absl::OkStatus();
   }
   int64_t completed_steps() const override { return step_; }
-  const TrainConfig& config() const override { return config_; }
+  const TrainConfig& config() const override { return requested_; }
+  PlanReport Plan() const override { return plan_.report(); }
+  absl::Status UsePlan(const PlanKnobs& knobs) override;
   const ModelConfig& model_config() const override { return model_; }
   int64_t num_parameters() const override { return state_->layout().total_numel; }
   std::string WeightsDigest() override {
@@ -183,8 +198,20 @@ class EngineTrainer final : public Trainer {
   // After a step: counts non-finite steps (failing after max_bad_steps in a row) and
   // writes the interval's checkpoint.
   absl::Status AfterStep(const StepUpdateSummary& u, StepStats& s);
+  // Runs every worker's part of the step on `batch`; the first error, naming the worker.
+  absl::StatusOr<std::vector<WorkerStepResult>> RunWorkers(const TokenBatch& batch, double lr, int64_t* tokens);
+  // Rebuilds the workers for `knobs` (after the updates issued so far are applied); the
+  // next step is the new plan's first.
+  absl::Status ApplyKnobs(const PlanKnobs& knobs);
+  // After a GPU out-of-memory in the workers: forgets the step's landings, shrinks the
+  // plan until the workers fit, so that the same step can run again.
+  absl::Status RecoverFromOutOfMemory(absl::Status error);
+  // Shrinks the plan and rebuilds the workers while `error` is an out-of-memory
+  // (`step`: the 0-based step it happened in, or about to run).
+  absl::Status ShrinkUntilBuilt(absl::Status error, int64_t step);
 
-  const TrainConfig config_;
+  const TrainConfig requested_;  // as the job asked: checkpoints and config()
+  TrainConfig config_;           // with the plan's knobs: the workers hold a reference
   const ModelConfig model_;
   std::unique_ptr<HostState> state_;
   std::unique_ptr<Dataset> data_;
@@ -194,6 +221,8 @@ class EngineTrainer final : public Trainer {
   std::unique_ptr<StepTrace> trace_;
   std::unique_ptr<UpdatePipeline> pipeline_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  PlanManager plan_;
+  bool probe_ = false;  // the next step is a plan's first: its updates wait for its last landing
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
   int64_t skipped_steps_ = 0;
@@ -224,7 +253,7 @@ absl::StatusOr<std::string> EngineTrainer::SaveCheckpoint() {
   meta.bad_steps_in_row = bad_in_row_;
   meta.seed = config_.seed;
   meta.data_cursor = data_->Cursor();
-  meta.config_json = TrainConfigToJson(config_);
+  meta.config_json = TrainConfigToJson(requested_);
   return WriteCheckpoint(config_.checkpoint_dir, meta, CheckpointUnits(), config_.keep_checkpoints);
 }
 
@@ -239,7 +268,7 @@ absl::Status EngineTrainer::Restore(const std::string& from) {
   if (!head.ok()) return head.status();
   absl::StatusOr<TrainConfig> saved = ParseTrainConfig(head->config_json, path);
   if (!saved.ok()) return saved.status();
-  if (std::string diff = TrajectoryMismatch(*saved, config_); !diff.empty()) {
+  if (std::string diff = TrajectoryMismatch(*saved, requested_); !diff.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "resume_from: checkpoint ", path, " is of a different job: ", diff));
   }
@@ -359,19 +388,79 @@ absl::Status EngineTrainer::Evaluate(StepStats& s) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<WorkerStepResult>> EngineTrainer::RunWorkers(const TokenBatch& batch, double lr,
+                                                                         int64_t* tokens) {
+  const std::string what = absl::StrCat("step ", step_ + 1);
+  absl::StatusOr<std::vector<WorkerBatch>> parts = Split(batch, tokens);
+  if (!parts.ok()) return absl::Status(parts.status().code(), absl::StrCat(what, ": ", parts.status().message()));
+  const double inv_tokens = *tokens > 0 ? 1.0 / static_cast<double>(*tokens) : 0.0;
+  pipeline_->BeginStep(step_, lr, /*hold=*/probe_);
+  return OnEveryWorker(what, [&](int w) { return workers_[w]->RunStep(step_, (*parts)[w], inv_tokens); });
+}
+
+absl::Status EngineTrainer::ApplyKnobs(const PlanKnobs& knobs) {
+  pipeline_->Drain();
+  workers_.clear();
+  shared_.reset();
+  config_ = WithKnobs(config_, knobs);
+  probe_ = true;
+  try {
+    return BuildWorkers();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("setting up the workers: ", e.what()));
+  }
+}
+
+absl::Status EngineTrainer::UsePlan(const PlanKnobs& knobs) {
+  if (knobs.micro_batch_size * knobs.grad_accum != config_.micro_batch_size * config_.grad_accum) {
+    return absl::InvalidArgumentError(absl::StrCat("plan: ", knobs.micro_batch_size, " x ", knobs.grad_accum,
+                                                   " sequences a worker; the job has ",
+                                                   config_.micro_batch_size * config_.grad_accum));
+  }
+  TrainConfig next = WithKnobs(config_, knobs);
+  next.policy.grad_landing = config_.policy.grad_landing;
+  if (absl::Status s = ValidateTrainConfig(next); !s.ok()) return s;
+  if (!state_->fp32_grad() && !DeviceReducesGradient(*ParseGradRoute(next.policy.grad_route), next.workers)) {
+    return absl::InvalidArgumentError("plan: gradients land in bf16, which needs a route whose devices reduce");
+  }
+  plan_.Force(knobs);
+  return ApplyKnobs(plan_.knobs());
+}
+
+absl::Status EngineTrainer::RecoverFromOutOfMemory(absl::Status error) {
+  // Nothing of this step was applied: its updates wait for its last landing (with
+  // clipping always, without it in a plan's first step).
+  if (absl::Status s = pipeline_->AbortStep(step_); !s.ok()) {
+    return absl::Status(error.code(), absl::StrCat(error.message(), "; ", s.message()));
+  }
+  pipeline_->Drain();
+  // bf16 landings wrote gradients into the streamed copies: rewrite them from the
+  // master weights, which this step has not touched.
+  if (!state_->fp32_grad()) state_->RefreshAllParams();
+  return ShrinkUntilBuilt(std::move(error), step_);
+}
+
+absl::Status EngineTrainer::ShrinkUntilBuilt(absl::Status error, int64_t step) {
+  while (absl::IsResourceExhausted(error)) {
+    absl::StatusOr<PlanKnobs> smaller = plan_.AfterOutOfMemory(error, step + 1);
+    if (!smaller.ok()) return smaller.status();
+    error = ApplyKnobs(*smaller);
+  }
+  return error;
+}
+
 absl::StatusOr<StepStats> EngineTrainer::Step() {
   const double t0 = MonotonicSeconds();
   absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
   if (!batch.ok()) return batch.status();
-  int64_t tokens = 0;
-  absl::StatusOr<std::vector<WorkerBatch>> parts = Split(*batch, &tokens);
-  if (!parts.ok()) return absl::Status(parts.status().code(), absl::StrCat("step ", step_ + 1, ": ", parts.status().message()));
-  const double inv_tokens = tokens > 0 ? 1.0 / static_cast<double>(tokens) : 0.0;
   const double lr = LearningRate(config_.optimizer, step_, config_.steps);
-  pipeline_->BeginStep(step_, lr);
-
-  absl::StatusOr<std::vector<WorkerStepResult>> results = OnEveryWorker(
-      absl::StrCat("step ", step_ + 1), [&](int w) { return workers_[w]->RunStep(step_, (*parts)[w], inv_tokens); });
+  int64_t tokens = 0;
+  absl::StatusOr<std::vector<WorkerStepResult>> results = RunWorkers(*batch, lr, &tokens);
+  // A GPU out of memory with policy.auto: a smaller plan, the same step again.
+  while (!results.ok() && absl::IsResourceExhausted(results.status()) && requested_.policy.auto_plan) {
+    if (absl::Status s = RecoverFromOutOfMemory(results.status()); !s.ok()) return s;
+    results = RunWorkers(*batch, lr, &tokens);
+  }
   if (!results.ok()) return results.status();
 
   const StepUpdateSummary u = pipeline_->Summary(step_);
@@ -408,34 +497,22 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
   if (eval_.dataset != nullptr && eval_due) {
     if (absl::Status st = Evaluate(s); !st.ok()) return st;
   }
+  // A plan's first step (and the job's) warms up: not a measure of the plan.
+  const bool first_of_plan = probe_ || s.step == 1;
+  probe_ = false;
+  if (std::optional<PlanKnobs> replanned = plan_.AfterStep(s, first_of_plan)) {
+    if (absl::Status st = ApplyKnobs(*replanned); !st.ok()) return st;
+  }
   return s;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config) {
-  return Create(config, TrainerInputs{});
-}
-
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, TrainerInputs inputs) {
-  if (absl::Status s = ValidateTrainConfig(config); !s.ok()) return s;
-  if (inputs.eval.interval < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("eval_interval ", inputs.eval.interval, " is not >= 0"));
-  }
-  if (inputs.eval.batches < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("eval_batches ", inputs.eval.batches, " is not >= 1"));
-  }
+// Builds the engine for `config` (the knobs of `plan` applied to `requested`), on the
+// datasets of `inputs` where given.
+absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& requested, const TrainConfig& config,
+                                                      const ModelConfig& model_config, bool from_dir,
+                                                      PlanManager plan, TrainerInputs inputs) {
+  const ModelConfig* model = &model_config;
   const bool cuda = config.device == "cuda";
-  if (cuda && (!at::hasCUDA() || at::getNumGPUs() < static_cast<size_t>(config.workers))) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device: cuda with ", config.workers, " workers needs as many GPUs and a CUDA-enabled LibTorch; ",
-        at::hasCUDA() ? absl::StrCat(at::getNumGPUs(), " GPUs are visible") : "this build has no CUDA"));
-  }
-  if (absl::Status s = ParseParamRoute(config.policy.param_route).status(); !s.ok()) return s;
-  if (absl::Status s = ParseGradRoute(config.policy.grad_route).status(); !s.ok()) return s;
-  bool from_dir = false;
-  absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
-  if (!model.ok()) return model.status();
   // GPUs compute in bf16 (fp32 master weights stay on the host); the CPU device as asked.
   const at::ScalarType dtype = cuda || config.compute_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   // Gradients land in bf16 in the streamed copy (14 bytes a parameter) unless asked
@@ -466,8 +543,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
     if (!data.ok()) return data.status();
     inputs.train = std::move(*data);
   }
-  auto trainer = std::make_unique<EngineTrainer>(config, *model, std::move(state), std::move(inputs.train),
-                                                 std::move(inputs.eval));
+  plan.FixLanding(bf16_landing);
+  auto trainer = std::make_unique<EngineTrainer>(requested, config, *model, std::move(state), std::move(inputs.train),
+                                                 std::move(inputs.eval), std::move(plan));
   try {
     if (absl::Status s = trainer->Init(); !s.ok()) return s;
   } catch (const std::exception& e) {
@@ -477,6 +555,38 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
     if (absl::Status s = trainer->Restore(config.resume_from); !s.ok()) return s;
   }
   return std::unique_ptr<Trainer>(std::move(trainer));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config) {
+  return Create(config, TrainerInputs{});
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, TrainerInputs inputs) {
+  if (absl::Status s = ValidateTrainConfig(config); !s.ok()) return s;
+  if (inputs.eval.interval < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("eval_interval ", inputs.eval.interval, " is not >= 0"));
+  }
+  if (inputs.eval.batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("eval_batches ", inputs.eval.batches, " is not >= 1"));
+  }
+  const bool cuda = config.device == "cuda";
+  if (cuda && (!at::hasCUDA() || at::getNumGPUs() < static_cast<size_t>(config.workers))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device: cuda with ", config.workers, " workers needs as many GPUs and a CUDA-enabled LibTorch; ",
+        at::hasCUDA() ? absl::StrCat(at::getNumGPUs(), " GPUs are visible") : "this build has no CUDA"));
+  }
+  if (absl::Status s = ParseParamRoute(config.policy.param_route).status(); !s.ok()) return s;
+  if (absl::Status s = ParseGradRoute(config.policy.grad_route).status(); !s.ok()) return s;
+  bool from_dir = false;
+  absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
+  if (!model.ok()) return model.status();
+  // The plan: the job's knobs, or with policy.auto those the policy chooses.
+  absl::StatusOr<PlanManager> plan = PlanManager::Start(*model, config);
+  if (!plan.ok()) return plan.status();
+  const TrainConfig effective = WithKnobs(config, plan->knobs());
+  return CreateEngine(config, effective, *model, from_dir, *std::move(plan), std::move(inputs));
 }
 
 }  // namespace slidedp

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/data/dataset.h"
 #include "runtime/model/model_config.h"
+#include "runtime/plan/plan_report.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
@@ -60,8 +61,8 @@ struct StepStats {
   int64_t h2d_bytes = 0;             // parameter bytes to devices (all workers)
   int64_t d2h_bytes = 0;             // gradient bytes to the host (all workers)
   std::vector<WorkerDeviceStats> workers;  // per worker (GPU), in rank order
-  // The step-time model's prediction for this step and its bottleneck resource
-  // ("h2d", "d2h", "gpu", "cpu_update", ...); 0 and empty before a plan exists.
+  // The step-time model's prediction for this step's knobs and its bottleneck resource
+  // ("gpu", "h2d", "d2h", "collective", "cpu_update", "host_memory"; runtime/plan/).
   double predicted_step_seconds = 0.0;
   std::string bottleneck;
 };
@@ -130,6 +131,20 @@ class Trainer {
 
   // Tokens with a loss in the completed steps (restored from a checkpoint).
   virtual int64_t tokens_seen() const { return 0; }
+
+  // The plan in use, its prediction beside the last measured step, and the policy's
+  // candidates (runtime/plan/plan_report.h); not available from trainers without one.
+  // From the job's thread, between steps.
+  virtual PlanReport Plan() const { return PlanReport(); }
+
+  // Runs the next steps with `knobs` (after the updates issued so far are applied),
+  // whatever policy.auto says: for benchmarks that sweep plans over one host state.
+  // INVALID_ARGUMENT for knobs the host state cannot serve (another global batch, a
+  // gradient route that needs fp32 landing when gradients land in bf16).
+  virtual absl::Status UsePlan(const PlanKnobs& knobs) {
+    (void)knobs;
+    return absl::UnimplementedError("this trainer has no plan to change");
+  }
 };
 
 }  // namespace slidedp

@@ -29,11 +29,13 @@ UpdatePipeline::~UpdatePipeline() {
   thread_.join();
 }
 
-void UpdatePipeline::BeginStep(int64_t step, double lr) {
+void UpdatePipeline::BeginStep(int64_t step, double lr, bool hold) {
   absl::MutexLock lock(&mu_);
   step_ = step;
   lr_ = lr;
+  hold_ = hold;
   landed_ = 0;
+  issued_this_step_ = 0;
   std::fill(sumsq_.begin(), sumsq_.end(), 0.0);
   summary_ = StepUpdateSummary();
   summary_.lr = lr;
@@ -54,13 +56,39 @@ void UpdatePipeline::GradLanded(int u, int64_t step, double sumsq) {
   ++landed_;
   const bool finite = std::isfinite(sumsq);
   if (!finite && summary_.bad_unit < 0) summary_.bad_unit = u;
-  if (!clip_) {
+  if (!clip_ && !hold_) {
     // Speculative: a unit updates as soon as it lands; a non-finite unit is skipped.
     Enqueue({u, step, 1.0, !finite, lr_, adam_steps_ + 1});
     if (!finite) summary_.skipped = true;
   } else if (landed_ == units_) {
-    ScheduleAll();
+    if (clip_) {
+      ScheduleAll();
+    } else {
+      ScheduleHeld();
+    }
   }
+}
+
+void UpdatePipeline::ScheduleHeld() {
+  // What the speculative schedule would have enqueued, unit by unit, all at once.
+  for (int u = 0; u < units_; ++u) {
+    const bool finite = std::isfinite(sumsq_[u]);
+    Enqueue({u, step_, 1.0, !finite, lr_, adam_steps_ + 1});
+    if (!finite) summary_.skipped = true;
+  }
+}
+
+absl::Status UpdatePipeline::AbortStep(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (step_ != step || issued_this_step_ > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step + 1, " cannot be run again: ", issued_this_step_, " of its updates were already issued"));
+  }
+  landed_ = 0;
+  std::fill(sumsq_.begin(), sumsq_.end(), 0.0);
+  summary_ = StepUpdateSummary();
+  summary_.lr = lr_;
+  return absl::OkStatus();
 }
 
 void UpdatePipeline::ScheduleAll() {
@@ -77,6 +105,7 @@ void UpdatePipeline::ScheduleAll() {
 }
 
 void UpdatePipeline::Enqueue(const Task& t) {
+  if (t.step == step_) ++issued_this_step_;
   queue_.push_back(t);
   ++pending_;
 }

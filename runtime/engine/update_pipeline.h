@@ -36,8 +36,16 @@ class UpdatePipeline {
   UpdatePipeline(HostState* state, const TrainConfig& config);
   ~UpdatePipeline();  // drains, then joins the update thread
 
-  // Trainer: step `step` (0-based) begins; `lr` is its learning rate.
-  void BeginStep(int64_t step, double lr);
+  // Trainer: step `step` (0-based) begins; `lr` is its learning rate. `hold`: without
+  // clipping too, no update of this step starts before its last gradient has landed,
+  // so that a step that fails before then (a GPU out of memory) can be run again from
+  // the same host state (AbortStep). The updates are the same either way.
+  void BeginStep(int64_t step, double lr, bool hold = false);
+
+  // Trainer, after step `step` failed in its workers: forgets its landings. FAILED_PRECONDITION
+  // if an update of `step` was already issued (the host state is no longer the step's
+  // start). The previous step's updates may still run; Drain() waits for them.
+  absl::Status AbortStep(int64_t step);
 
   // Worker: blocks until unit `u` holds the weights that step `step` must use (that is,
   // the updates of steps 0..step-1 are applied). Returns the seconds waited.
@@ -76,6 +84,7 @@ class UpdatePipeline {
   void Loop();
   void Enqueue(const Task& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(const Task& t);
 
   HostState* const state_;
@@ -88,6 +97,8 @@ class UpdatePipeline {
   std::vector<int64_t> version_ ABSL_GUARDED_BY(mu_);  // updates applied or skipped, per unit
   std::vector<double> sumsq_ ABSL_GUARDED_BY(mu_);
   int landed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  int issued_this_step_ ABSL_GUARDED_BY(mu_) = 0;  // updates enqueued for step_
   int64_t step_ ABSL_GUARDED_BY(mu_) = -1;
   double lr_ ABSL_GUARDED_BY(mu_) = 0.0;
   int64_t adam_steps_ ABSL_GUARDED_BY(mu_) = 0;  // steps whose updates were applied

@@ -1,6 +1,7 @@
 // Worker: see worker.h. The step loop of one worker reads top to bottom in Step().
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
+#include "runtime/engine/fault_injection.h"
 #include "runtime/model/tiled_mlp.h"
 
 #include <c10/core/GradMode.h>
@@ -364,6 +365,7 @@ void Worker::Release(int item) {
 }
 
 at::Tensor Worker::GradBuffer(int u) {
+  MaybeInjectOutOfMemory();
   const int64_t n = state_->layout().units[u].numel;
   at::Tensor g;
   if (u == 0) {

@@ -12,18 +12,10 @@
 #include <string>
 
 #include "runtime/engine/trainer.h"
+#include "tests/bench/bench_flags.h"
 
 namespace slidedp {
 namespace {
-
-std::string Flag(int argc, char** argv, const std::string& name, const std::string& def) {
-  const std::string prefix = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
-  }
-  return def;
-}
 
 double PeakRssGiB() {
   std::ifstream f("/proc/self/status");
@@ -35,11 +27,7 @@ double PeakRssGiB() {
 }
 
 int Main(int argc, char** argv) {
-  TrainConfig c;
-  c.model = Flag(argc, argv, "model", "qwen2.5-3b");
-  c.device = Flag(argc, argv, "device", "cuda");
-  c.workers = std::stoi(Flag(argc, argv, "workers", "1"));
-  c.seq_len = std::stoll(Flag(argc, argv, "seq_len", "4096"));
+  TrainConfig c = BenchConfig(argc, argv);
   c.micro_batch_size = std::stoll(Flag(argc, argv, "micro_batch_size", "1"));
   c.grad_accum = std::stoll(Flag(argc, argv, "grad_accum", "4"));
   c.steps = std::stoll(Flag(argc, argv, "steps", "4"));
@@ -52,7 +40,6 @@ int Main(int argc, char** argv) {
   c.policy.param_route = Flag(argc, argv, "param_route", "replicate");
   c.trace_file = Flag(argc, argv, "trace", "");
   if (Flag(argc, argv, "no_clip", "0") != "0") c.optimizer.max_grad_norm = 0;
-  c.optimizer.lr = 1e-5;
   const auto t0 = std::chrono::steady_clock::now();
   auto trainer = Trainer::Create(c);
   if (!trainer.ok()) {

@@ -91,6 +91,32 @@ class FakeTrainer final : public Trainer {
   const ModelConfig& model_config() const override { return model_; }
   int64_t num_parameters() const override { return 1000; }
   std::string WeightsDigest() override { return std::to_string(digest_); }
+  // A fixed plan: the config's knobs, 2 ms predicted against the 1 ms fake steps, two
+  // candidates of which the first is chosen.
+  PlanReport Plan() const override {
+    PlanReport r;
+    r.available = true;
+    r.knobs.micro_batch_size = config_.micro_batch_size;
+    r.knobs.grad_accum = config_.grad_accum;
+    r.knobs.policy = config_.policy;
+    r.prediction.step_seconds = 0.002;
+    r.prediction.bottleneck = "gpu";
+    r.prediction.busy = {{"gpu", 0.0015}, {"h2d", 0.0005}, {"cpu_update", 0.001}};
+    r.prediction.critical = {{"gpu", 0.0015}, {"h2d", 0.0005}};
+    r.prediction.exposed = {{"h2d", 0.0005}};
+    r.prediction.critical_path = {{"h2d", "upload embedding", 0.0005}, {"gpu", "forward embedding .. backward embedding", 0.0015}};
+    r.prediction.memory.total = 3 << 20;
+    r.budget_bytes = 8 << 20;
+    r.measured_step_seconds = steps_ > 0 ? 0.001 : 0.0;
+    r.steps = steps_;
+    r.last_change = "fake";
+    Candidate chosen{r.knobs, r.prediction, true};
+    Candidate other = chosen;
+    other.knobs.policy.prefetch_depth += 1;
+    other.prediction.step_seconds = 0.003;
+    r.candidates = {chosen, other};
+    return r;
+  }
   absl::Status ExportHf(const std::string& dir) override {
     absl::MutexLock lock(&control_->mu);
     if (control_->fail_export) return absl::PermissionDeniedError("fake export failure");

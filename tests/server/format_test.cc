@@ -83,5 +83,57 @@ TEST(FormatTest, JsonUsesProtoFieldNames) {
   EXPECT_NE(json.find("\"state\":\"JOB_STATE_UNSPECIFIED\""), std::string::npos) << json;
 }
 
+v1::Plan SamplePlan() {
+  v1::Plan plan;
+  plan.set_job_id("job-1");
+  plan.set_auto_(true);
+  v1::PlanKnobs* k = plan.mutable_knobs();
+  k->set_micro_batch_size(4);
+  k->set_grad_accum(2);
+  k->set_prefetch_depth(2);
+  k->set_activations("device");
+  k->set_param_route("replicate");
+  k->set_grad_route("gather_host");
+  k->set_loss_chunk_tokens(1024);
+  plan.set_predicted_step_seconds(2.0);
+  plan.set_measured_step_seconds(2.2);
+  plan.set_step(7);
+  plan.set_bottleneck("cpu_update");
+  v1::ResourceTime* busy = plan.add_busy();
+  busy->set_resource("cpu_update");
+  busy->set_seconds(1.5);
+  v1::PathSegment* seg = plan.add_critical_path();
+  seg->set_resource("cpu_update");
+  seg->set_what("update embedding .. update block 3");
+  seg->set_seconds(1.25);
+  plan.mutable_memory()->set_total_bytes(int64_t{3} << 30);
+  plan.set_memory_budget_bytes(int64_t{80} << 30);
+  v1::PlanCandidate* c = plan.add_candidates();
+  *c->mutable_knobs() = *k;
+  c->set_predicted_step_seconds(2.0);
+  c->set_bottleneck("cpu_update");
+  c->set_memory_bytes(int64_t{3} << 30);
+  c->set_fits(true);
+  c->set_chosen(true);
+  return plan;
+}
+
+TEST(FormatTest, PlanShowsPredictedMeasuredResourcesAndCandidates) {
+  const std::string text = FormatPlan(SamplePlan());
+  EXPECT_NE(text.find("job:             job-1 (policy.auto)"), std::string::npos) << text;
+  EXPECT_NE(text.find("plan:            4 x 2 micro-batches, prefetch 2, activations device, replicate/gather_host"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("predicted 2.000 s, measured 2.200 s (+10.0%) at step 7"), std::string::npos) << text;
+  EXPECT_NE(text.find("bottleneck:      cpu_update"), std::string::npos) << text;
+  EXPECT_NE(text.find("  cpu_update        1.500"), std::string::npos) << text;
+  EXPECT_NE(text.find("cpu_update      1.250 s  update embedding .. update block 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpu memory:      3.2 GB predicted of 85.9 GB"), std::string::npos) << text;
+  EXPECT_NE(text.find("candidates (1):"), std::string::npos) << text;
+  EXPECT_NE(text.find("  *       2.000  cpu_update"), std::string::npos) << text;
+  const std::string json = ToJson(SamplePlan());
+  EXPECT_NE(json.find("\"predicted_step_seconds\":2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"bottleneck\":\"cpu_update\""), std::string::npos) << json;
+}
+
 }  // namespace
 }  // namespace slidedp::client

@@ -24,7 +24,7 @@ ARGS = None
 
 def generate(out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    protos = [os.path.join("slidedp", "v1", name) for name in ("job.proto", "node.proto", "service.proto")]
+    protos = [os.path.join("slidedp", "v1", name) for name in ("job.proto", "node.proto", "plan.proto", "service.proto")]
     subprocess.run([ARGS.protoc, "--proto_path=" + ARGS.proto_dir, "--python_out=" + out_dir,
                     "--grpc_python_out=" + out_dir,
                     "--plugin=protoc-gen-grpc_python=" + ARGS.grpc_python_plugin] + protos,

@@ -340,6 +340,43 @@ TEST_F(ServiceTest, PauseResumeCancelOverGrpc) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+TEST_F(ServiceTest, GetPlanShowsPredictedAgainstMeasured) {
+  Start();
+  v1::GetPlanRequest request;
+  request.set_id("job-nope");
+  v1::Plan plan;
+  EXPECT_EQ(stub_->GetPlan(Context().get(), request, &plan).error_code(), grpc::StatusCode::NOT_FOUND);
+  control_->Allow(0);
+  v1::Job first, second;
+  ASSERT_TRUE(Submit(Small(10), &first).ok());
+  ASSERT_TRUE(Submit(Small(10), &second).ok());
+  // Queued behind the first: no trainer, no plan yet.
+  request.set_id(second.id());
+  EXPECT_EQ(stub_->GetPlan(Context().get(), request, &plan).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  control_->Allow(2);
+  request.set_id(first.id());
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return stub_->GetPlan(Context().get(), request, &plan).ok() && plan.step() == 2;
+  }, 10s));
+  EXPECT_EQ(plan.job_id(), first.id());
+  EXPECT_DOUBLE_EQ(plan.predicted_step_seconds(), 0.002);
+  EXPECT_DOUBLE_EQ(plan.measured_step_seconds(), 0.001);
+  EXPECT_EQ(plan.bottleneck(), "gpu");
+  EXPECT_EQ(plan.knobs().micro_batch_size(), TrainConfig().micro_batch_size);
+  EXPECT_EQ(plan.busy_size(), 3);
+  EXPECT_EQ(plan.critical_path_size(), 2);
+  EXPECT_EQ(plan.memory().total_bytes(), 3 << 20);
+  EXPECT_EQ(plan.memory_budget_bytes(), 8 << 20);
+  EXPECT_EQ(plan.candidate_count(), 2);
+  EXPECT_EQ(plan.candidates_size(), 0);
+  request.set_include_candidates(true);
+  ASSERT_TRUE(stub_->GetPlan(Context().get(), request, &plan).ok());
+  ASSERT_EQ(plan.candidates_size(), 2);
+  EXPECT_TRUE(plan.candidates(0).chosen());
+  EXPECT_FALSE(plan.candidates(1).chosen());
+  control_->Allow(INT64_MAX);
+}
+
 TEST(DaemonOptionsTest, RefusesNonLoopbackWithoutTlsAndBadFlags) {
   TempDir dir;
   DaemonOptions options;

@@ -1,0 +1,27 @@
+// Fault injection: see fault_injection.h.
+#include "runtime/engine/fault_injection.h"
+
+#include <atomic>
+#include <stdexcept>
+
+namespace slidedp {
+namespace {
+
+// Gradient buffers left before the failure; -1: disarmed.
+std::atomic<int> countdown{-1};
+
+}  // namespace
+
+void InjectOutOfMemory(int grad_buffers) { countdown.store(grad_buffers); }
+
+void MaybeInjectOutOfMemory() {
+  int left = countdown.load();
+  while (left >= 0) {
+    if (countdown.compare_exchange_weak(left, left - 1)) {
+      if (left == 0) throw std::runtime_error("CUDA out of memory (injected by a test)");
+      return;
+    }
+  }
+}
+
+}  // namespace slidedp

@@ -1,0 +1,16 @@
+// Fault injection: a test seam that makes a worker's step fail the way a GPU
+// out-of-memory does (std::runtime_error "out of memory", which the worker reports as
+// RESOURCE_EXHAUSTED), so that the policy's shrink-and-retry path is testable on the
+// CPU device. Process-wide and armed once; any thread (atomic).
+#pragma once
+
+namespace slidedp {
+
+// The next worker step to take `grad_buffers + 1` gradient buffers fails when it takes
+// that one (after `grad_buffers` units' gradients were started, some of them landed).
+void InjectOutOfMemory(int grad_buffers);
+
+// Worker, before it takes a gradient buffer: throws the injected error when armed and due.
+void MaybeInjectOutOfMemory();
+
+}  // namespace slidedp

@@ -1,0 +1,234 @@
+// Calibration: see calibration.h.
+#include "runtime/plan/calibration.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/engine/clock.h"
+#include "runtime/model/param_layout.h"
+#include "runtime/model/transformer.h"
+#include "runtime/state/adamw.h"
+#if defined(SLIDEDP_WITH_CUDA_TOOLKIT)
+#include "runtime/cuda/pcie_probe.h"
+#endif
+
+namespace slidedp {
+
+JobShape JobShapeOf(const TrainConfig& config) {
+  JobShape j;
+  j.sequences = config.global_batch_sequences();
+  j.seq_len = config.seq_len;
+  j.workers = config.workers;
+  j.clip = config.optimizer.max_grad_norm > 0;
+  j.cuda = config.device == "cuda";
+  j.param_bytes = j.cuda || config.compute_dtype == "bf16" ? 2 : 4;
+  return j;
+}
+
+PlanKnobs KnobsOf(const TrainConfig& config) {
+  PlanKnobs k;
+  k.micro_batch_size = config.micro_batch_size;
+  k.grad_accum = config.grad_accum;
+  k.policy = config.policy;
+  return k;
+}
+
+TrainConfig WithKnobs(const TrainConfig& config, const PlanKnobs& knobs) {
+  TrainConfig c = config;
+  c.micro_batch_size = knobs.micro_batch_size;
+  c.grad_accum = knobs.grad_accum;
+  c.policy = knobs.policy;
+  return c;
+}
+
+namespace {
+
+// Best of `repeats` timings of fn (after one warm-up call).
+template <typename Fn>
+double BestSeconds(int repeats, Fn&& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const double t0 = MonotonicSeconds();
+    fn();
+    best = std::min(best, MonotonicSeconds() - t0);
+  }
+  return best;
+}
+
+// Read + write GB/s of a copy of `bytes` split over `threads` threads.
+double CopyGbps(int64_t bytes, int threads) {
+  std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes), 0);
+  const double s = BestSeconds(2, [&] {
+    std::vector<std::thread> ts;
+    const int64_t part = bytes / threads;
+    for (int t = 0; t < threads; ++t) {
+      const int64_t begin = t * part, len = t == threads - 1 ? bytes - begin : part;
+      ts.emplace_back([&, begin, len] { std::memcpy(b.data() + begin, a.data() + begin, len); });
+    }
+    for (std::thread& t : ts) t.join();
+  });
+  return 2.0 * static_cast<double>(bytes) / s / 1e9;
+}
+
+// Parameters a second of the update pipeline's kernel (bf16 gradient in the streamed
+// copy when the job lands gradients so, else fp32).
+double AdamWParamsPerSecond(int64_t n, bool bf16_grad, int threads) {
+  std::vector<float> p(n, 0.5f), g(n, 1e-3f), m(n, 0.0f), v(n, 0.0f);
+  std::vector<uint16_t> gb(n, 0x3a83);  // ~1e-3 in bf16
+  AdamWHyper h;
+  const double s = BestSeconds(2, [&] {
+    if (bf16_grad) {
+      AdamWUpdateBf16Grad(h, n, p.data(), gb.data(), m.data(), v.data(), threads);
+    } else {
+      AdamWUpdate(h, n, p.data(), g.data(), m.data(), v.data(), threads);
+    }
+  });
+  return static_cast<double>(n) / s;
+}
+
+// Forces the device's queued work to finish (portable across LibTorch versions).
+void Sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
+
+struct GpuTimes {
+  double forward_s = 0.0, recompute_backward_s = 0.0, head_s = 0.0;
+};
+
+// One decoder block of `model` over `tokens` tokens, and the loss head over a chunk.
+GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_t head_tokens,
+                    const at::Device& device, at::ScalarType dtype) {
+  const ModelLayout layout = BuildLayout(model);
+  const at::TensorOptions opt = at::TensorOptions().device(device).dtype(dtype);
+  const UnitLayout& block = layout.units.at(1);
+  at::Tensor flat = at::randn({block.numel}, opt) * 0.02;
+  // Norm weights near one, as trained models have them.
+  for (size_t i = 0; i < block.params.size(); ++i) {
+    if (block.params[i].shape.size() == 1) ParamView(block, flat, static_cast<int>(i)).fill_(1.0);
+  }
+  TokenLayout rope;  // one causal sequence a row
+  rope.rope = MakeRope(model, seq, device);
+  at::Tensor x = at::randn({batch, seq, model.hidden_size}, opt);
+  GpuTimes t;
+  const double tokens = static_cast<double>(batch * seq);
+  {
+    at::NoGradGuard no_grad;
+    const BlockParams p = ViewBlock(block, flat);
+    t.forward_s = BestSeconds(2, [&] { Sync(BlockForward(model, p, x, rope)); }) / tokens;
+  }
+  std::vector<at::Tensor> leaves;
+  const BlockParams p = ViewBlock(block, flat, &leaves);
+  t.recompute_backward_s = BestSeconds(2, [&] {
+    at::Tensor xi = x.detach().requires_grad_(true);
+    at::Tensor y = BlockForward(model, p, xi, rope);
+    y.backward(at::ones_like(y));
+    Sync(xi.grad());
+    for (at::Tensor& l : leaves) {
+      if (l.defined()) l.mutable_grad().reset();
+    }
+  }) / tokens;
+  // The head: final norm, logits over the vocabulary, loss, backward.
+  at::Tensor norm = at::ones({model.hidden_size}, opt).requires_grad_(true);
+  at::Tensor lm = (at::randn({model.vocab_size, model.hidden_size}, opt) * 0.02).requires_grad_(true);
+  at::Tensor h = at::randn({1, head_tokens, model.hidden_size}, opt);
+  at::Tensor targets = at::randint(model.vocab_size, {1, head_tokens}, at::TensorOptions().device(device).dtype(at::kLong));
+  t.head_s = BestSeconds(2, [&] {
+    at::Tensor hi = h.detach().requires_grad_(true);
+    at::Tensor loss = CrossEntropySum(HeadLogits(model, norm, lm, hi), targets);
+    loss.backward();
+    Sync(hi.grad());
+    norm.mutable_grad().reset();
+    lm.mutable_grad().reset();
+  }) / static_cast<double>(head_tokens);
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfig& config) {
+  const double t0 = MonotonicSeconds();
+  const ModelShape shape = ShapeOf(model);
+  const JobShape job = JobShapeOf(config);
+  Calibration c;
+  c.rates = DefaultRates(shape, job);
+  Rates& r = c.rates;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = config.policy.update_threads > 0 ? config.policy.update_threads : cores;
+  try {
+    r.host_memory_gbps = CopyGbps(job.cuda ? (int64_t{256} << 20) : (int64_t{32} << 20), cores);
+    c.notes.push_back(absl::StrFormat("host memory %.1f GB/s (copy, %d threads)", r.host_memory_gbps, cores));
+    const int64_t n = job.cuda ? (int64_t{32} << 20) : (int64_t{4} << 20);
+    r.adamw_params_per_s = AdamWParamsPerSecond(n, Bf16Landing(job, config.policy), threads);
+    c.notes.push_back(absl::StrFormat("AdamW %.3g params/s (%d threads)", r.adamw_params_per_s, threads));
+
+    const bool cuda_ok = job.cuda && at::hasCUDA();
+    if (job.cuda && !cuda_ok) return absl::FailedPreconditionError("calibration: device cuda without CUDA LibTorch");
+    const at::Device device = cuda_ok ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+    const at::ScalarType dtype = job.param_bytes == 2 ? at::kBFloat16 : at::kFloat;
+    // On the CPU device a short sequence keeps calibration quick.
+    const int64_t seq = job.cuda ? config.seq_len : std::min<int64_t>(config.seq_len, 64);
+    const int64_t batch = job.cuda ? std::max<int64_t>(1, std::min<int64_t>(config.micro_batch_size, 16384 / std::max<int64_t>(1, seq))) : 1;
+    const int64_t head_tokens = std::min<int64_t>(config.policy.loss_chunk_tokens, batch * seq);
+    const GpuTimes g = MeasureGpu(model, batch, seq, std::max<int64_t>(1, head_tokens), device, dtype);
+    r.forward_s = g.forward_s;
+    r.recompute_s = g.forward_s;
+    r.backward_s = std::max(0.0, g.recompute_backward_s - g.forward_s);
+    r.head_s = g.head_s;
+    c.notes.push_back(absl::StrFormat("block forward %.3g s, backward %.3g s a token; head %.3g s a token (%s, %d x %d)",
+                                      r.forward_s, r.backward_s, r.head_s, device.str(), batch, seq));
+    if (!job.cuda) {
+      // Transfers are copies on the worker's thread.
+      r.h2d_gbps = r.d2h_gbps = r.duplex_gbps = r.collective_gbps = CopyGbps(int64_t{16} << 20, 1) / 2;
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("calibration: ", e.what()));
+  }
+#if defined(SLIDEDP_WITH_CUDA_TOOLKIT)
+  if (job.cuda) {
+    absl::StatusOr<PcieRates> pcie = MeasurePcie(0, int64_t{256} << 20, 4);
+    if (!pcie.ok()) return pcie.status();
+    r.h2d_gbps = pcie->h2d_gbps;
+    r.d2h_gbps = pcie->d2h_gbps;
+    r.duplex_gbps = pcie->duplex_gbps;
+    c.notes.push_back(absl::StrFormat("PCIe H2D %.1f, D2H %.1f, both %.1f GB/s", r.h2d_gbps, r.d2h_gbps, r.duplex_gbps));
+    absl::StatusOr<DeviceMemory> mem = QueryDeviceMemory(0);
+    if (!mem.ok()) return mem.status();
+    c.device_free_bytes = mem->free_bytes;
+    c.device_total_bytes = mem->total_bytes;
+  }
+#endif
+  if (job.workers > 1) c.notes.push_back("collective bandwidth: default (not measured)");
+  c.seconds = MonotonicSeconds() - t0;
+  return c;
+}
+
+void RefineRates(const StepStats& step, const StepPrediction& predicted, const ModelShape& shape, double alpha,
+                 Rates& r) {
+  auto blend = [alpha](double& rate, double measured) {
+    if (measured > 0 && std::isfinite(measured)) rate = (1 - alpha) * rate + alpha * measured;
+  };
+  if (!step.skipped && step.update_busy_seconds > 0) {
+    blend(r.adamw_params_per_s, static_cast<double>(shape.total_params()) / step.update_busy_seconds);
+  }
+  for (const WorkerDeviceStats& w : step.workers) {
+    if (w.h2d_busy_seconds > 0) blend(r.h2d_gbps, static_cast<double>(w.h2d_bytes) / w.h2d_busy_seconds / 1e9);
+    if (w.d2h_busy_seconds > 0) blend(r.d2h_gbps, static_cast<double>(w.d2h_bytes) / w.d2h_busy_seconds / 1e9);
+  }
+  if (predicted.bottleneck == kResGpu && predicted.step_seconds > 0 && step.step_seconds > 0) {
+    const double ratio = std::clamp(step.step_seconds / predicted.step_seconds, 0.5, 2.0);
+    const double f = 1 + alpha * (ratio - 1);
+    for (double* x : {&r.forward_s, &r.recompute_s, &r.backward_s, &r.head_s, &r.embed_s, &r.grad_s_per_param,
+                      &r.launch_s}) {
+      *x *= f;
+    }
+  }
+}
+
+}  // namespace slidedp

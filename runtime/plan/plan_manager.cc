@@ -1,0 +1,114 @@
+// PlanManager: see plan_manager.h.
+#include "runtime/plan/plan_manager.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/plan/calibration.h"
+
+namespace slidedp {
+namespace {
+
+// Weight of one step in the rates' moving average.
+constexpr double kRefineWeight = 0.3;
+// Steps in a row over the threshold before a re-plan.
+constexpr int kReplanPatience = 3;
+
+bool SameKnobs(const PlanKnobs& a, const PlanKnobs& b) {
+  return DescribeKnobs(a) == DescribeKnobs(b) && a.policy.loss_chunk_tokens == b.policy.loss_chunk_tokens;
+}
+
+}  // namespace
+
+PlanManager::PlanManager(const ModelConfig& model, const TrainConfig& config)
+    : shape_(ShapeOf(model)),
+      job_(JobShapeOf(config)),
+      threshold_(config.policy.replan_threshold),
+      drift_(config.policy.replan_threshold, kReplanPatience) {
+  report_.available = true;
+  report_.auto_plan = config.policy.auto_plan;
+  report_.rates = DefaultRates(shape_, job_);
+  report_.budget_bytes = MemoryBudget(config.policy.gpu_memory_budget_bytes, 0);
+}
+
+absl::StatusOr<PlanManager> PlanManager::Start(const ModelConfig& model, const TrainConfig& config) {
+  PlanManager m(model, config);
+  if (!config.policy.auto_plan) {
+    m.Use(KnobsOf(config));
+    m.report_.last_change = "the job's knobs (policy.auto off)";
+    return m;
+  }
+  absl::StatusOr<Calibration> cal = Calibrate(model, config);
+  if (!cal.ok()) return cal.status();
+  m.report_.rates = cal->rates;
+  m.report_.calibration_seconds = cal->seconds;
+  m.report_.calibration_notes = cal->notes;
+  m.report_.device_free_bytes = cal->device_free_bytes;
+  m.report_.budget_bytes = MemoryBudget(config.policy.gpu_memory_budget_bytes, cal->device_free_bytes);
+  absl::StatusOr<PlanChoice> choice =
+      ChoosePlan(m.shape_, m.job_, KnobsOf(config), m.report_.rates, m.report_.budget_bytes);
+  if (!choice.ok()) return choice.status();
+  m.report_.candidates = std::move(choice->candidates);
+  m.Use(choice->knobs);
+  m.report_.last_change = absl::StrFormat("chosen at start from %d candidates (calibration %.2f s)",
+                                          m.report_.candidates.size(), cal->seconds);
+  return m;
+}
+
+void PlanManager::Use(const PlanKnobs& knobs) {
+  report_.knobs = knobs;
+  report_.prediction = PredictStep(shape_, job_, knobs, report_.rates);
+}
+
+void PlanManager::Force(const PlanKnobs& knobs) {
+  PlanKnobs k = knobs;
+  k.policy.grad_landing = report_.knobs.policy.grad_landing;
+  Use(k);
+  report_.last_change = absl::StrCat("set by the caller: ", DescribeKnobs(k));
+}
+
+void PlanManager::FixLanding(bool bf16) {
+  report_.knobs.policy.grad_landing = bf16 ? "bf16" : "fp32";
+}
+
+std::optional<PlanKnobs> PlanManager::AfterStep(StepStats& stats, bool first_of_plan) {
+  stats.predicted_step_seconds = report_.prediction.step_seconds;
+  stats.bottleneck = report_.prediction.bottleneck;
+  report_.measured_step_seconds = stats.step_seconds;
+  report_.steps = stats.step;
+  if (first_of_plan) return std::nullopt;
+  const bool replan = report_.auto_plan && drift_.Observe(report_.prediction.step_seconds, stats.step_seconds);
+  RefineRates(stats, report_.prediction, shape_, kRefineWeight, report_.rates);
+  Use(report_.knobs);
+  if (!replan) return std::nullopt;
+  drift_.Reset();
+  absl::StatusOr<PlanChoice> choice = ChoosePlan(shape_, job_, report_.knobs, report_.rates, report_.budget_bytes);
+  if (!choice.ok()) return std::nullopt;  // keep the plan that runs
+  report_.candidates = std::move(choice->candidates);
+  if (SameKnobs(choice->knobs, report_.knobs)) {
+    report_.last_change = absl::StrFormat("re-planned after step %d (drift over %.0f%%): same plan", stats.step,
+                                          100 * threshold_);
+    return std::nullopt;
+  }
+  ++report_.replans;
+  report_.last_change = absl::StrFormat("re-planned after step %d (drift over %.0f%%): %s", stats.step,
+                                        100 * threshold_, DescribeKnobs(choice->knobs));
+  Use(choice->knobs);
+  return choice->knobs;
+}
+
+absl::StatusOr<PlanKnobs> PlanManager::AfterOutOfMemory(const absl::Status& error, int64_t step) {
+  std::optional<PlanKnobs> smaller = Shrink(report_.knobs);
+  if (!smaller.has_value()) {
+    return absl::Status(error.code(), absl::StrCat(error.message(), " (the plan cannot shrink further: ",
+                                                   DescribeKnobs(report_.knobs), ")"));
+  }
+  ++report_.oom_retries;
+  report_.last_change = absl::StrCat("GPU out of memory in step ", step, "; shrunk to ", DescribeKnobs(*smaller),
+                                     " and retried");
+  Use(*smaller);
+  return *smaller;
+}
+
+}  // namespace slidedp

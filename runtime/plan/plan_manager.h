@@ -1,0 +1,65 @@
+// PlanManager: the policy manager of one job (DESIGN.md, "Step-time model and
+// policy"). At job start it calibrates and chooses the plan (policy.auto), or takes the
+// job's knobs as given with default rates; after every step it fills the step's
+// prediction, refines the rates from the measurement, and with policy.auto decides to
+// re-plan when the drift stays over policy.replan_threshold; after a GPU out-of-memory
+// it gives the smaller plan to retry with. The trainer applies the knobs (workers,
+// buffers); this class only decides and reports.
+// Threads: the job's thread only (the trainer's Step and Create).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/model/model_config.h"
+#include "runtime/plan/plan_report.h"
+#include "runtime/plan/policy.h"
+#include "runtime/train_config.h"
+
+namespace slidedp {
+
+class PlanManager {
+ public:
+  // With policy.auto: calibrates (seconds) and chooses the plan within the memory
+  // budget (RESOURCE_EXHAUSTED when nothing fits). Without: the config's knobs.
+  static absl::StatusOr<PlanManager> Start(const ModelConfig& model, const TrainConfig& config);
+
+  // The knobs to run with now.
+  const PlanKnobs& knobs() const { return report_.knobs; }
+  const StepPrediction& prediction() const { return report_.prediction; }
+
+  // The host state lands gradients in bf16 (true) or fp32: later plans keep to routes
+  // that allow it.
+  void FixLanding(bool bf16);
+
+  // After a completed step: fills its predicted time and bottleneck, refines the rates
+  // (not from a plan's first step, which warms up), and with policy.auto returns new
+  // knobs when the drift calls for a re-plan and the search finds a different plan.
+  std::optional<PlanKnobs> AfterStep(StepStats& stats, bool first_of_plan);
+
+  // After a GPU out-of-memory `error` in step `step` (1-based) with the current knobs:
+  // the smaller plan to retry with; the error itself, with a note, when nothing is left
+  // to shrink.
+  absl::StatusOr<PlanKnobs> AfterOutOfMemory(const absl::Status& error, int64_t step);
+
+  // Knobs chosen by someone else (Trainer::UsePlan), from now on; the landing stays.
+  void Force(const PlanKnobs& knobs);
+
+  const PlanReport& report() const { return report_; }
+
+ private:
+  PlanManager(const ModelConfig& model, const TrainConfig& config);
+  // Uses `knobs` from now on and predicts them.
+  void Use(const PlanKnobs& knobs);
+
+  ModelShape shape_;
+  JobShape job_;
+  double threshold_;
+  DriftMonitor drift_;
+  PlanReport report_;
+};
+
+}  // namespace slidedp

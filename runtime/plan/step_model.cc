@@ -1,0 +1,554 @@
+// StepModel: see step_model.h. The replay keeps every operation with its start, end
+// and the operation whose end let it start (its "cause"), so the critical path is a walk
+// back from the step's end.
+#include "runtime/plan/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/model/param_layout.h"
+
+namespace slidedp {
+
+int64_t ModelShape::total_params() const {
+  int64_t n = 0;
+  for (int64_t p : unit_params) n += p;
+  return n;
+}
+
+ModelShape ShapeOf(const ModelConfig& config) {
+  ModelShape s;
+  s.layers = config.num_layers;
+  s.hidden = config.hidden_size;
+  s.ffn = config.intermediate_size;
+  s.heads = config.num_heads;
+  s.kv_heads = config.num_kv_heads;
+  s.head_dim = config.head_dim > 0 ? config.head_dim : config.hidden_size / std::max<int64_t>(1, config.num_heads);
+  s.vocab = config.vocab_size;
+  s.tied = config.tie_word_embeddings;
+  for (const UnitLayout& u : BuildLayout(config).units) s.unit_params.push_back(u.numel);
+  return s;
+}
+
+double BlockForwardFlopsPerToken(const ModelShape& shape, int64_t seq_len) {
+  const double block_params = shape.layers > 0 ? static_cast<double>(shape.unit_params.at(1)) : 0.0;
+  // Matmuls: 2 FLOPs a weight; causal attention: QK^T and AV over seq/2 keys on average.
+  return 2.0 * block_params + 2.0 * static_cast<double>(seq_len) * shape.heads * shape.head_dim;
+}
+
+Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
+  Rates r;
+  const double fwd_flops = BlockForwardFlopsPerToken(shape, job.seq_len);
+  const double head_flops = 6.0 * shape.hidden * shape.vocab;  // logits forward and backward
+  if (job.cuda) {
+    // Fitted to the H200 runs of tests/bench/RESULTS.md (qwen2.5-3b: forward 6.6 ms and
+    // backward 28 ms a block at 4 x 4096 tokens; qwen2.5-7b at 16 x 4096): the matmuls'
+    // efficiency grows with the hidden size, hidden / (hidden + 1024) of these rates.
+    const double eff = static_cast<double>(shape.hidden) / static_cast<double>(shape.hidden + 1024);
+    r.forward_s = fwd_flops / (900e12 * eff);
+    r.recompute_s = r.forward_s;
+    r.backward_s = 2.0 * fwd_flops / (620e12 * eff);
+    r.head_s = head_flops / (480e12 * eff);
+    r.embed_s = 4.0 * shape.hidden / 1e12;
+    r.grad_s_per_param = 1.5e-10;
+    r.launch_s = 2e-4;
+    return r;
+  }
+  // The CPU device: memcpy for transfers, one core's worth of FLOPs per worker.
+  r.h2d_gbps = r.d2h_gbps = 8.0;
+  r.duplex_gbps = 8.0;
+  r.collective_gbps = 8.0;
+  r.forward_s = fwd_flops / 20e9;
+  r.recompute_s = r.forward_s;
+  r.backward_s = 2.0 * r.forward_s;
+  r.head_s = head_flops / 20e9;
+  r.embed_s = 4.0 * shape.hidden / 1e9;
+  r.grad_s_per_param = 1e-9;
+  r.launch_s = 2e-5;
+  r.adamw_params_per_s = 3e8;
+  r.host_memory_gbps = 10.0;
+  return r;
+}
+
+bool Bf16Landing(const JobShape& job, const PolicyConfig& policy) {
+  const bool device_reduces = job.workers == 1 || policy.grad_route != "gather_host";
+  if (policy.grad_landing == "bf16") return true;
+  return policy.grad_landing == "auto" && job.cuda && device_reduces;
+}
+
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Sizes {
+  int64_t tokens_worker = 0;  // tokens a worker computes a step
+  int64_t tokens_micro = 0;   // tokens of one micro-batch
+  int64_t max_numel = 0;
+  int64_t max_rest = 0;       // largest unit but the embedding
+};
+
+Sizes SizesOf(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
+  Sizes s;
+  s.tokens_micro = k.micro_batch_size * job.seq_len;
+  s.tokens_worker = s.tokens_micro * k.grad_accum;
+  for (int u = 0; u < shape.num_units(); ++u) {
+    s.max_numel = std::max(s.max_numel, shape.unit_params[u]);
+    if (u > 0) s.max_rest = std::max(s.max_rest, shape.unit_params[u]);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------
+// The replay.
+
+struct Op {
+  std::string resource;
+  std::string what;
+  double start = 0.0;
+  double end = 0.0;
+  int cause = -1;  // the operation whose end started this one; -1: the replay's origin
+};
+
+class Replay {
+ public:
+  // Adds an operation on `resource` lasting `seconds`, starting when `resource` is free
+  // and every operation of `deps` (indices, -1 ignored) has ended, not before `host`
+  // (the issuing thread's time and the op that set it). Returns its index.
+  int Add(const std::string& resource, std::string what, double seconds, std::initializer_list<int> deps,
+          double host, int host_cause) {
+    Op op;
+    op.resource = resource;
+    op.what = std::move(what);
+    op.start = host;
+    op.cause = host_cause;
+    auto take = [&](double t, int cause) {
+      if (t > op.start) {
+        op.start = t;
+        op.cause = cause;
+      }
+    };
+    auto it = last_.find(resource);
+    if (it != last_.end()) take(ops_[it->second].end, it->second);
+    for (int d : deps) {
+      if (d >= 0) take(ops_[d].end, d);
+    }
+    op.end = op.start + std::max(0.0, seconds);
+    ops_.push_back(std::move(op));
+    const int id = static_cast<int>(ops_.size()) - 1;
+    last_[resource] = id;
+    return id;
+  }
+  const Op& op(int i) const { return ops_[i]; }
+  int size() const { return static_cast<int>(ops_.size()); }
+
+ private:
+  std::vector<Op> ops_;
+  std::map<std::string, int> last_;
+};
+
+// The worker thread's time: it only blocks where the engine blocks.
+struct HostThread {
+  double t = 0.0;
+  int cause = -1;
+  void WaitFor(const Replay& r, int op) {
+    if (op >= 0 && r.op(op).end > t) {
+      t = r.op(op).end;
+      cause = op;
+    }
+  }
+};
+
+std::string UnitLabel(int u, int units) {
+  if (u == 0) return "embedding";
+  if (u == units - 1) return "head";
+  return absl::StrCat("block ", u - 1);
+}
+
+class StepReplay {
+ public:
+  StepReplay(const ModelShape& shape, const JobShape& job, const PlanKnobs& k, const Rates& rates)
+      : shape_(shape), job_(job), k_(k), rates_(rates), sizes_(SizesOf(shape, job, k)),
+        U_(shape.num_units()), W_(std::max(1, job.workers)),
+        bf16_landing_(Bf16Landing(job, k.policy)),
+        updated_(U_, -1) {}
+
+  // Replays one step starting at `start` on the worker thread (`start_cause`: the op
+  // that ended the previous step); returns the op that ends it.
+  int Step(double start, int start_cause);
+  // Runs the update thread over the last step's landings (fills updated_).
+  void Updates();
+
+  const Replay& replay() const { return r_; }
+  std::vector<int> compute_ops;  // of the last replayed step
+  int64_t h2d_bytes = 0, d2h_bytes = 0;
+
+ private:
+  double H2dSeconds(int64_t bytes, bool duplex) const {
+    const double alone = rates_.h2d_gbps;
+    const double rate = duplex ? std::min(alone, rates_.duplex_gbps / 2) : alone;
+    return static_cast<double>(bytes) / (rate * 1e9);
+  }
+  double D2hSeconds(int64_t bytes, bool duplex) const {
+    const double alone = rates_.d2h_gbps;
+    const double rate = duplex ? std::min(alone, rates_.duplex_gbps / 2) : alone;
+    return static_cast<double>(bytes) / (rate * 1e9);
+  }
+  double CollectiveSeconds(int64_t bytes) const {
+    return static_cast<double>(bytes) * (W_ - 1) / W_ / (rates_.collective_gbps * 1e9);
+  }
+  // The CPU device runs every operation on the worker's thread.
+  void Sync(int op) {
+    if (!job_.cuda) host_.WaitFor(r_, op);
+  }
+  int Fetch(int item, bool backward_phase);
+  int Compute(const std::string& what, double seconds, std::initializer_list<int> deps) {
+    const int op = r_.Add(kResGpu, what, seconds, deps, host_.t, host_.cause);
+    compute_ops.push_back(op);
+    Sync(op);
+    return op;
+  }
+  void Land(int u, int compute_op);
+
+  const ModelShape& shape_;
+  const JobShape& job_;
+  const PlanKnobs& k_;
+  const Rates& rates_;
+  const Sizes sizes_;
+  const int U_, W_;
+  const bool bf16_landing_;
+  Replay r_;
+  HostThread host_;
+  std::vector<int> schedule_;
+  std::vector<int> fetched_, slot_free_;
+  std::vector<int> updated_;       // unit -> op of its latest update
+  std::vector<int> landed_;        // unit -> op after which its gradient is in host memory
+  int gacc_free_[2] = {-1, -1};
+  int next_gacc_ = 0;
+  int emb_free_ = -1;
+  int lander_ = -1;               // the landing thread's last operation
+  int update_thread_ = -1;
+};
+
+int StepReplay::Fetch(int item, bool backward_phase) {
+  if (item >= static_cast<int>(schedule_.size())) return -1;
+  const int u = schedule_[item];
+  const int S = static_cast<int>(slot_free_.size());
+  host_.WaitFor(r_, updated_[u]);  // WaitParamsReady: the previous step's update of u
+  const int64_t numel = shape_.unit_params[u];
+  const bool scatter = W_ > 1 && k_.policy.param_route == "scatter_allgather";
+  const int64_t bytes = (scatter ? CeilDiv(numel, W_) : numel) * job_.param_bytes;
+  h2d_bytes += bytes;
+  const std::string what = absl::StrCat("upload ", UnitLabel(u, U_));
+  int op = r_.Add(kResH2d, what, H2dSeconds(bytes, backward_phase), {slot_free_[item % S]}, host_.t, host_.cause);
+  Sync(op);
+  if (scatter) {
+    op = r_.Add(kResCollective, "all-gather " + UnitLabel(u, U_), CollectiveSeconds(numel * job_.param_bytes), {op},
+                host_.t, host_.cause);
+    Sync(op);
+  }
+  return op;
+}
+
+void StepReplay::Land(int u, int compute_op) {
+  const int64_t numel = shape_.unit_params[u];
+  const std::string& route = k_.policy.grad_route;
+  const bool host_sum = W_ > 1 && route == "gather_host";
+  if (host_sum) host_.WaitFor(r_, lander_);  // the host sums from one buffer per rank
+  int dep = compute_op;
+  int64_t down = numel;
+  if (W_ > 1 && route == "reduce_scatter") {
+    dep = r_.Add(kResCollective, "reduce-scatter " + UnitLabel(u, U_), CollectiveSeconds(numel * 4), {dep},
+                 host_.t, host_.cause);
+    down = CeilDiv(numel, W_);
+  } else if (W_ > 1 && route == "reduce_one") {
+    dep = r_.Add(kResCollective, "reduce " + UnitLabel(u, U_), CollectiveSeconds(numel * 4), {dep}, host_.t,
+                 host_.cause);
+  }
+  const int64_t bytes = down * (bf16_landing_ ? 2 : 4);
+  d2h_bytes += bytes;
+  const int copy = r_.Add(kResD2h, "land " + UnitLabel(u, U_), D2hSeconds(bytes, true), {dep}, host_.t, host_.cause);
+  Sync(copy);
+  if (u == 0) {
+    emb_free_ = copy;
+  } else {
+    gacc_free_[next_gacc_] = copy;
+    next_gacc_ = 1 - next_gacc_;
+  }
+  // The landing thread: waits for the copy, sums W buffers on the host if the route
+  // does (fp32 reads of W buffers and a write).
+  const double sum_s = host_sum ? static_cast<double>(numel) * 4 * (W_ + 1) / (rates_.host_memory_gbps * 1e9) : 0.0;
+  lander_ = r_.Add("landing", "landed " + UnitLabel(u, U_), sum_s, {copy, lander_}, host_.t, host_.cause);
+  landed_[u] = lander_;
+  Sync(lander_);
+}
+
+int StepReplay::Step(double start, int start_cause) {
+  const int head = U_ - 1;
+  const bool tied = shape_.tied;
+  const int64_t MB = k_.grad_accum;
+  const double T = static_cast<double>(sizes_.tokens_worker);
+  const bool offload = k_.policy.activations == "host";
+  const int64_t act_bytes = sizes_.tokens_worker * shape_.hidden * job_.param_bytes;
+  host_ = HostThread{start, start_cause};
+  compute_ops.clear();
+  h2d_bytes = d2h_bytes = 0;
+  landed_.assign(U_, -1);
+  schedule_.clear();
+  for (int u = 0; u < head; ++u) schedule_.push_back(u);
+  schedule_.push_back(head);
+  if (tied) schedule_.push_back(0);
+  for (int u = head - 1; u >= 1; --u) schedule_.push_back(u);
+  const int S = std::max(1, k_.policy.prefetch_depth) + 2;
+  if (static_cast<int>(slot_free_.size()) != S) slot_free_.assign(S, -1);
+  fetched_.assign(schedule_.size(), -1);
+  int next_fetch = 0;
+  auto fetch_next = [&](bool bwd) {
+    if (next_fetch < static_cast<int>(schedule_.size())) fetched_[next_fetch] = Fetch(next_fetch, bwd);
+    ++next_fetch;
+  };
+  for (int i = 0; i < std::max(1, k_.policy.prefetch_depth); ++i) fetch_next(false);
+  const double launch = rates_.launch_s * static_cast<double>(MB);
+  int item = 0;
+
+  // Forward, layer-major.
+  int c = Compute("forward embedding", T * rates_.embed_s * 0.25 + launch, {fetched_[item]});
+  slot_free_[item % S] = c;
+  ++item;
+  fetch_next(false);
+  std::vector<int> saved(U_, -1);
+  for (int u = 1; u < head; ++u) {
+    const int acquire = fetched_[item];
+    if (offload) {
+      // The unit's input goes down once the compute stream produced it.
+      saved[u] = r_.Add(kResD2h, "offload " + UnitLabel(u, U_), D2hSeconds(act_bytes, false), {c}, host_.t,
+                        host_.cause);
+      d2h_bytes += act_bytes;
+      Sync(saved[u]);
+    }
+    c = Compute("forward " + UnitLabel(u, U_), T * rates_.forward_s + launch, {acquire});
+    slot_free_[item % S] = c;
+    ++item;
+    fetch_next(false);
+  }
+
+  // Head: loss and its backward in chunks, then the blocks in reverse.
+  const int head_item = item++;
+  const int table_item = tied ? item++ : -1;
+  const int head_fetch = fetched_[head_item];
+  const int table_fetch = tied ? fetched_[table_item] : -1;
+  fetch_next(true);
+  if (tied) fetch_next(true);
+  const int64_t chunks = CeilDiv(job_.seq_len, std::max<int64_t>(1, k_.policy.loss_chunk_tokens / std::max<int64_t>(1, k_.micro_batch_size)));
+  c = Compute("loss and head backward", T * rates_.head_s + launch * static_cast<double>(chunks) +
+                  rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[head]),
+              {head_fetch, table_fetch, gacc_free_[next_gacc_], emb_free_});
+  slot_free_[head_item % S] = c;
+  if (tied) slot_free_[table_item % S] = c;
+  Land(head, c);
+
+  int restored = -1;
+  if (offload && head > 1) {
+    restored = r_.Add(kResH2d, "restore " + UnitLabel(head - 1, U_), H2dSeconds(act_bytes, true), {saved[head - 1]},
+                      host_.t, host_.cause);
+    h2d_bytes += act_bytes;
+    Sync(restored);
+  }
+  const double block_bwd = T * (rates_.recompute_s + rates_.backward_s) + 2 * launch;
+  for (int u = head - 1; u >= 1; --u) {
+    const int it = item++;
+    const int acquire = fetched_[it];
+    fetch_next(true);
+    const int inputs = restored;
+    if (offload && u > 1) {
+      restored = r_.Add(kResH2d, "restore " + UnitLabel(u - 1, U_), H2dSeconds(act_bytes, true), {saved[u - 1]},
+                        host_.t, host_.cause);
+      h2d_bytes += act_bytes;
+      Sync(restored);
+    }
+    c = Compute("backward " + UnitLabel(u, U_),
+                block_bwd + rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
+                {acquire, inputs, gacc_free_[next_gacc_]});
+    slot_free_[it % S] = c;
+    Land(u, c);
+  }
+  c = Compute("backward embedding", T * rates_.embed_s * 0.75 + launch +
+                  rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[0]), {});
+  Land(0, c);
+  // The step ends when the compute stream is done and every landing is complete.
+  return r_.Add("step end", "step end", 0.0, {c, lander_}, host_.t, host_.cause);
+}
+
+void StepReplay::Updates() {
+  // Availability of each unit's update: as it lands (no clipping) or once all have.
+  std::vector<double> avail(U_);
+  std::vector<int> avail_cause(U_);
+  int last = landed_[0];
+  for (int u = 0; u < U_; ++u) {
+    if (r_.op(landed_[u]).end > r_.op(last).end) last = landed_[u];
+  }
+  for (int u = 0; u < U_; ++u) {
+    avail_cause[u] = job_.clip ? last : landed_[u];
+    avail[u] = r_.op(avail_cause[u]).end;
+  }
+  // Earliest deadline first: among the available units, the lowest.
+  std::vector<bool> done(U_, false);
+  for (int n = 0; n < U_; ++n) {
+    const double free = update_thread_ >= 0 ? r_.op(update_thread_).end : 0.0;
+    int pick = -1;
+    for (int u = 0; u < U_; ++u) {
+      if (!done[u] && avail[u] <= free) {
+        pick = u;
+        break;
+      }
+    }
+    if (pick < 0) {  // idle until the next landing
+      for (int u = 0; u < U_; ++u) {
+        if (!done[u] && (pick < 0 || avail[u] < avail[pick])) pick = u;
+      }
+    }
+    done[pick] = true;
+    const double seconds = static_cast<double>(shape_.unit_params[pick]) / rates_.adamw_params_per_s;
+    update_thread_ = r_.Add(kResCpuUpdate, "update " + UnitLabel(pick, U_), seconds, {avail_cause[pick]}, 0.0, -1);
+    updated_[pick] = update_thread_;
+  }
+}
+
+}  // namespace
+
+MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
+  const Sizes s = SizesOf(shape, job, k);
+  const int W = std::max(1, job.workers);
+  const int64_t pb = job.param_bytes;
+  auto padded = [&](int64_t n) { return W * CeilDiv(std::max<int64_t>(n, 1), W); };
+  MemoryEstimate m;
+  m.slots = (std::max(1, k.policy.prefetch_depth) + 2) * padded(s.max_numel) * pb;
+  const int64_t emb = shape.unit_params.empty() ? 0 : shape.unit_params[0];
+  m.grad_buffers = 2 * padded(s.max_rest) * 4 + padded(emb) * 4;
+  const int64_t ring[3] = {s.max_rest, s.max_rest, emb};
+  for (int64_t n : ring) {
+    if (Bf16Landing(job, k.policy)) m.grad_buffers += padded(n) * pb;
+    if (W > 1 && k.policy.grad_route == "reduce_scatter") m.grad_buffers += CeilDiv(n, W) * 4;
+    if (W > 1 && k.policy.grad_route == "reduce_one") m.grad_buffers += n * 4;
+  }
+  const int64_t act_unit = s.tokens_worker * shape.hidden * pb;
+  m.activations = k.policy.activations == "host" ? 2 * act_unit : shape.layers * act_unit;
+  // A micro-batch through a block with autograd (q, k, v, attention, the MLP's gate, up
+  // and product, norms, residuals, and their gradients), the hidden states and their
+  // gradients of every micro-batch, and the block's parameter gradients.
+  const int64_t block_act = (7 * shape.hidden + 4 * shape.ffn) * pb;
+  m.working = 2 * s.tokens_micro * block_act + 2 * act_unit + s.max_rest * pb;
+  const int64_t chunk_tokens = std::min(k.policy.loss_chunk_tokens, s.tokens_micro);
+  m.loss_chunk = chunk_tokens * shape.vocab * 12 + shape.vocab * shape.hidden * pb;
+  m.margin = job.cuda ? 2 * kGiB : 0;
+  m.total = m.slots + m.grad_buffers + m.activations + m.working + m.loss_chunk + m.margin;
+  return m;
+}
+
+StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs,
+                           const Rates& rates) {
+  StepPrediction p;
+  p.memory = EstimateMemory(shape, job, knobs);
+  if (shape.num_units() < 2 || job.sequences <= 0) return p;
+  StepReplay replay(shape, job, knobs, rates);
+  constexpr int kSteps = 3;
+  std::vector<int> ends;
+  int begin_cause = -1;
+  double begin = 0.0;
+  for (int step = 0; step < kSteps; ++step) {
+    const int end = replay.Step(begin, begin_cause);
+    replay.Updates();
+    ends.push_back(end);
+    begin = replay.replay().op(end).end;
+    begin_cause = end;
+  }
+  const Replay& r = replay.replay();
+  const double t0 = r.op(ends[kSteps - 2]).end, t1 = r.op(ends[kSteps - 1]).end;
+  p.first_step_seconds = r.op(ends[0]).end;
+  p.step_seconds = t1 - t0;
+  p.h2d_bytes = replay.h2d_bytes;
+  p.d2h_bytes = replay.d2h_bytes;
+
+  // Busy time of each resource within the last step's window [t0, t1] (updates of this
+  // step run into the next one: count each step's updates once, by their durations).
+  for (int i = 0; i < r.size(); ++i) {
+    const Op& op = r.op(i);
+    if (op.resource == "step end" || op.resource == "landing") continue;
+    if (op.resource == kResCpuUpdate) continue;
+    if (op.start >= t0 && op.start < t1) p.busy[op.resource] += op.end - op.start;
+  }
+  const double update_s = static_cast<double>(shape.total_params()) / rates.adamw_params_per_s;
+  p.busy[kResCpuUpdate] = update_s;
+  const int W = std::max(1, job.workers);
+  // Host memory: every worker's DMA reads and writes, AdamW (28 bytes a parameter:
+  // p, m, v read and written, the gradient read and the streamed copy written).
+  const double host_bytes = static_cast<double>(W) * (p.h2d_bytes + p.d2h_bytes) +
+                            28.0 * static_cast<double>(shape.total_params());
+  p.busy[kResHostMemory] = host_bytes / (rates.host_memory_gbps * 1e9);
+
+  // Critical path: back from the step's end through the causes, clipped at t0.
+  // Walking back, each segment grows at its front: `what` becomes "first .. last".
+  std::vector<PathSegment> path;
+  std::vector<std::string> last_what;
+  for (int i = ends.back(); i >= 0; i = r.op(i).cause) {
+    const Op& op = r.op(i);
+    const double s = std::max(op.start, t0), e = std::min(op.end, t1);
+    if (e > s) {
+      const std::string res = op.resource == "landing" ? kResHostMemory : op.resource;
+      p.critical[res] += e - s;
+      if (!path.empty() && path.back().resource == res) {
+        path.back().seconds += e - s;
+        path.back().what = op.what + " .. " + last_what.back();
+      } else {
+        path.push_back({res, op.what, e - s});
+        last_what.push_back(op.what);
+      }
+    }
+    if (op.start <= t0) break;
+  }
+  std::reverse(path.begin(), path.end());
+  p.critical_path = std::move(path);
+
+  // GPU idle time by cause, and the fill before the first compute and drain after the
+  // last.
+  double prev = t0;
+  const std::vector<int>& comp = replay.compute_ops;
+  for (size_t i = 0; i < comp.size(); ++i) {
+    const Op& op = r.op(comp[i]);
+    if (op.start > prev + 1e-12) {
+      std::string cause = kResGpu;
+      // Walk back the causes to the first one that is not a host-thread hop on the
+      // compute stream: that is what the GPU waited for.
+      for (int c = op.cause; c >= 0; c = r.op(c).cause) {
+        if (r.op(c).resource != kResGpu && r.op(c).resource != "step end") {
+          cause = r.op(c).resource == "landing" ? kResD2h : r.op(c).resource;
+          break;
+        }
+      }
+      p.exposed[cause] += op.start - prev;
+      if (i == 0) p.fill_seconds = op.start - t0;
+    }
+    prev = std::max(prev, op.end);
+  }
+  p.drain_seconds = std::max(0.0, t1 - prev);
+  if (p.drain_seconds > 0) p.exposed[kResD2h] += p.drain_seconds;
+
+  // Host memory caps everything that shares it.
+  if (p.busy[kResHostMemory] > p.step_seconds) {
+    p.critical[kResHostMemory] += p.busy[kResHostMemory] - p.step_seconds;
+    p.step_seconds = p.busy[kResHostMemory];
+  }
+  double most = -1.0;
+  for (const auto& [res, s] : p.critical) {
+    if (s > most) {
+      most = s;
+      p.bottleneck = res;
+    }
+  }
+  return p;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,138 @@
+// StepModel: the analytic step-time model of DESIGN.md ("Step-time model and policy").
+// From a model's shape, the job's batch, a plan (the knobs) and measured rates it
+// replays the step's schedule as the engine runs it (runtime/engine/worker.cc and
+// update_pipeline.cc): the worker thread issuing fetches, compute, offloads and
+// landings onto the H2D, compute, D2H and collective streams, blocking where the engine
+// blocks (a fetch waits for the unit's update of the previous step); the update thread
+// running AdamW earliest deadline first, after the last landing (clipping) or as each
+// unit lands (no clipping). Three steps are replayed and the last one is measured: its
+// duration, each resource's busy time, the critical path (walked back through the
+// dependency that started each operation), the bottleneck (the resource with most time
+// on that path), the GPU's idle time by cause, and the plan's GPU memory.
+// Pure C++ (no LibTorch); stateless functions, any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/model/model_config.h"
+#include "runtime/train_config.h"
+
+namespace slidedp {
+
+// Resource names, as StepStats::bottleneck and slidedp_bottleneck{resource} use them.
+inline constexpr const char* kResGpu = "gpu";
+inline constexpr const char* kResH2d = "h2d";
+inline constexpr const char* kResD2h = "d2h";
+inline constexpr const char* kResCollective = "collective";
+inline constexpr const char* kResCpuUpdate = "cpu_update";
+inline constexpr const char* kResHostMemory = "host_memory";
+
+struct ModelShape {
+  int64_t layers = 0;
+  int64_t hidden = 0;
+  int64_t ffn = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab = 0;
+  bool tied = false;
+  std::vector<int64_t> unit_params;  // [embedding, block 0..L-1, head]: the engine's units
+
+  int64_t total_params() const;
+  int num_units() const { return static_cast<int>(unit_params.size()); }
+};
+
+// The shape of `config` with the engine's unit split (runtime/model/param_layout.h).
+ModelShape ShapeOf(const ModelConfig& config);
+
+// The job's batch and the fixed facts of its engine.
+struct JobShape {
+  int64_t sequences = 0;  // global batch, sequences a step
+  int64_t seq_len = 0;
+  int workers = 1;
+  bool clip = true;       // optimizer.max_grad_norm > 0
+  bool cuda = true;       // false: the CPU device (compute and copies on the worker's thread)
+  int param_bytes = 2;    // bytes of the streamed copy per parameter (2: bf16, 4: fp32)
+};
+
+// The knobs a plan sets.
+struct PlanKnobs {
+  int64_t micro_batch_size = 1;
+  int64_t grad_accum = 1;
+  PolicyConfig policy;  // chunk_elems, prefetch_depth, routes, activations, loss chunk, ...
+};
+
+// Measured (or assumed) rates. GPU times are per token per decoder layer at the job's
+// seq_len; transfer rates per GPU in GB/s (1e9 bytes).
+struct Rates {
+  double h2d_gbps = 54.5;          // pinned host -> device, alone
+  double d2h_gbps = 55.1;          // pinned device -> host, alone
+  double duplex_gbps = 78.5;       // both directions at once, the two together
+  double collective_gbps = 150.0;  // NCCL bus bandwidth per GPU
+  double forward_s = 0.0;          // per token per layer
+  double recompute_s = 0.0;
+  double backward_s = 0.0;         // backward only (recompute excluded)
+  double head_s = 0.0;             // per token: final norm, logits, loss, and their backward
+  double embed_s = 0.0;            // per token: embedding forward + its scatter-add backward
+  double grad_s_per_param = 0.0;   // per unit and step: zeroing, fp32 accumulation, landing
+  double launch_s = 0.0;           // per micro-batch per unit pass: launches, small kernels
+  double adamw_params_per_s = 3.6e9;  // CPU AdamW on the update thread, all its threads
+  double host_memory_gbps = 150.0;    // read + write bytes per second
+};
+
+// Rates without measurements: the H200 host's (../GPU_HOST.md, tests/bench/RESULTS.md)
+// for cuda, with GPU times scaled from the qwen2.5-3b trace by FLOPs per token; rough
+// figures for the CPU device. Calibration replaces them at job start.
+Rates DefaultRates(const ModelShape& shape, const JobShape& job);
+
+// Forward FLOPs per token of one decoder block at `seq_len` (causal attention).
+double BlockForwardFlopsPerToken(const ModelShape& shape, int64_t seq_len);
+
+// Predicted GPU memory of a plan on one worker, in bytes.
+struct MemoryEstimate {
+  int64_t slots = 0;         // prefetch_depth + 2 parameter slots of the largest unit
+  int64_t grad_buffers = 0;  // fp32 accumulators, landing buffers
+  int64_t activations = 0;   // saved block inputs (device placement) or those in flight
+  int64_t working = 0;       // one micro-batch through one block, hidden states, their grads
+  int64_t loss_chunk = 0;    // logits of one loss chunk, the LM head's gradient
+  int64_t margin = 0;        // CUDA context, allocator
+  int64_t total = 0;
+};
+
+// One resource's time on the step's critical path, in order.
+struct PathSegment {
+  std::string resource;
+  std::string what;  // e.g. "update block 3", "backward block 7"
+  double seconds = 0.0;
+};
+
+struct StepPrediction {
+  double step_seconds = 0.0;       // steady state (the third replayed step)
+  double first_step_seconds = 0.0; // the first step, parameters ready at its start
+  std::string bottleneck;          // the resource with most time on the critical path
+  std::map<std::string, double> busy;      // resource -> busy seconds a step (per GPU for GPU resources)
+  std::map<std::string, double> critical;  // resource -> seconds on the critical path
+  std::map<std::string, double> exposed;   // cause -> seconds the GPU's compute stream idles
+  double fill_seconds = 0.0;   // step start to the first unit's compute: the previous step's
+                               // update of unit 0 and its upload
+  double drain_seconds = 0.0;  // last compute to the step's end: the last gradient's landing
+  std::vector<PathSegment> critical_path;  // consecutive segments of one resource merged
+  int64_t h2d_bytes = 0;       // per worker and step
+  int64_t d2h_bytes = 0;
+  MemoryEstimate memory;
+};
+
+// Predicts the step of `knobs` for `job` on `shape` with `rates`.
+StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs,
+                           const Rates& rates);
+
+MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
+
+// Whether gradients land in bf16 in the streamed copy with these knobs (grad_landing
+// "auto" resolved as runtime/engine/trainer.cc does).
+bool Bf16Landing(const JobShape& job, const PolicyConfig& policy);
+
+}  // namespace slidedp

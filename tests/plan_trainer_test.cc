@@ -1,0 +1,201 @@
+// The policy manager inside the trainer, on the CPU device: every step carries a
+// prediction and a bottleneck (policy.auto or not); policy.auto calibrates and plans at
+// start within the global batch; a GPU out-of-memory (injected through the fault seam)
+// shrinks the plan and retries the step from the same host state, giving the weights
+// of a run that used the shrunk plan from the start.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/engine/fault_injection.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/plan/calibration.h"
+#include "runtime/plan/plan_manager.h"
+
+namespace slidedp {
+namespace {
+
+TrainConfig Tiny() {
+  TrainConfig c;
+  c.model = "tiny";
+  c.data.format = "synthetic";
+  c.seq_len = 32;
+  c.micro_batch_size = 4;
+  c.grad_accum = 1;
+  c.workers = 1;
+  c.steps = 4;
+  c.optimizer.lr = 3e-3;
+  c.policy.replan_threshold = 1e9;  // no re-plan midway: the report names the knobs that ran
+  return c;
+}
+
+std::string Train(const TrainConfig& c, int steps, PlanReport* plan = nullptr) {
+  auto t = Trainer::Create(c);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return "";
+  for (int s = 0; s < steps; ++s) {
+    absl::StatusOr<StepStats> st = (*t)->Step();
+    EXPECT_TRUE(st.ok()) << st.status();
+    if (!st.ok()) return "";
+    EXPECT_TRUE(std::isfinite(st->loss));
+  }
+  if (plan != nullptr) *plan = (*t)->Plan();
+  return (*t)->WeightsDigest();
+}
+
+TEST(PlanTrainer, EveryStepCarriesAPredictionWithoutAuto) {
+  auto t = Trainer::Create(Tiny());
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (int s = 0; s < 3; ++s) {
+    absl::StatusOr<StepStats> st = (*t)->Step();
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_GT(st->predicted_step_seconds, 0);
+    EXPECT_FALSE(st->bottleneck.empty());
+  }
+  const PlanReport plan = (*t)->Plan();
+  EXPECT_TRUE(plan.available);
+  EXPECT_FALSE(plan.auto_plan);
+  EXPECT_EQ(plan.knobs.micro_batch_size, 4);
+  EXPECT_EQ(plan.steps, 3);
+  EXPECT_GT(plan.measured_step_seconds, 0);
+  EXPECT_EQ(plan.calibration_seconds, 0);
+}
+
+TEST(PlanTrainer, AutoCalibratesAndPlansWithinTheGlobalBatch) {
+  TrainConfig c = Tiny();
+  c.policy.auto_plan = true;
+  c.micro_batch_size = 2;
+  c.grad_accum = 2;
+  auto t = Trainer::Create(c);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const PlanReport plan = (*t)->Plan();
+  EXPECT_TRUE(plan.auto_plan);
+  EXPECT_GT(plan.calibration_seconds, 0);
+  EXPECT_LT(plan.calibration_seconds, 10);
+  EXPECT_GT(plan.rates.adamw_params_per_s, 0);
+  EXPECT_GT(plan.rates.forward_s, 0);
+  EXPECT_EQ(plan.candidates.size(), 3u * 4 * 2);  // micro-batches 4, 2, 1; depth 1..4; placement
+  EXPECT_EQ(plan.knobs.micro_batch_size * plan.knobs.grad_accum, 4);
+  // config() stays the job's request; the plan is what runs.
+  EXPECT_EQ((*t)->config().micro_batch_size, 2);
+  ASSERT_TRUE((*t)->Step().ok());
+}
+
+TEST(PlanTrainer, RatesMeasuredInSeconds) {
+  absl::StatusOr<Calibration> cal = Calibrate(*PresetConfig("tiny"), Tiny());
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  EXPECT_LT(cal->seconds, 10);
+  EXPECT_GT(cal->rates.host_memory_gbps, 0);
+  EXPECT_GT(cal->rates.h2d_gbps, 0);
+  EXPECT_GT(cal->rates.head_s, 0);
+  EXPECT_GE(cal->notes.size(), 3u);
+}
+
+// An out-of-memory in the first step, after the head and one block have landed: the
+// plan shrinks (fewer sequences per micro-batch) and the same step runs again.
+void ExpectRetryMatchesShrunkPlan(double max_grad_norm) {
+  TrainConfig c = Tiny();
+  c.optimizer.max_grad_norm = max_grad_norm;
+  c.policy.auto_plan = true;
+  InjectOutOfMemory(/*grad_buffers=*/3);
+  PlanReport plan;
+  const std::string retried = Train(c, 4, &plan);
+  EXPECT_EQ(plan.oom_retries, 1);
+  EXPECT_NE(plan.last_change.find("out of memory in step 1"), std::string::npos) << plan.last_change;
+  // The same job with the shrunk plan's knobs from the start, no policy.
+  TrainConfig fixed = WithKnobs(c, plan.knobs);
+  fixed.policy.auto_plan = false;
+  EXPECT_EQ(retried, Train(fixed, 4));
+}
+
+TEST(PlanTrainer, OutOfMemoryShrinksAndRetriesExactlyWithClipping) { ExpectRetryMatchesShrunkPlan(1.0); }
+
+TEST(PlanTrainer, OutOfMemoryShrinksAndRetriesExactlyWithoutClipping) {
+  // Without clipping units update as they land; a plan's first step holds them back
+  // until its last landing so that it can be retried.
+  ExpectRetryMatchesShrunkPlan(0.0);
+}
+
+TEST(PlanTrainer, OutOfMemoryLaterWithClippingRetries) {
+  TrainConfig c = Tiny();
+  c.policy.auto_plan = true;
+  auto t = Trainer::Create(c);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*t)->Step().ok());
+  const int64_t mbs = (*t)->Plan().knobs.micro_batch_size;
+  InjectOutOfMemory(2);
+  absl::StatusOr<StepStats> st = (*t)->Step();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->step, 2);
+  EXPECT_TRUE(std::isfinite(st->loss));
+  EXPECT_EQ((*t)->Plan().oom_retries, 1);
+  EXPECT_LE((*t)->Plan().knobs.micro_batch_size, mbs);
+}
+
+TEST(PlanTrainer, OutOfMemoryWithoutAutoFailsTheStep) {
+  auto t = Trainer::Create(Tiny());
+  ASSERT_TRUE(t.ok());
+  InjectOutOfMemory(0);
+  absl::StatusOr<StepStats> st = (*t)->Step();
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(st.status())) << st.status();
+}
+
+TEST(PlanTrainer, UsePlanSwitchesTheKnobsOverOneHostState) {
+  auto t = Trainer::Create(Tiny());
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Step().ok());
+  PlanKnobs k = KnobsOf(Tiny());
+  k.micro_batch_size = 1;
+  k.grad_accum = 4;
+  k.policy.prefetch_depth = 3;
+  ASSERT_TRUE((*t)->UsePlan(k).ok());
+  EXPECT_EQ((*t)->Plan().knobs.micro_batch_size, 1);
+  EXPECT_EQ((*t)->Plan().knobs.policy.prefetch_depth, 3);
+  absl::StatusOr<StepStats> st = (*t)->Step();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->step, 2);
+  k.grad_accum = 2;  // another global batch
+  EXPECT_TRUE(absl::IsInvalidArgument((*t)->UsePlan(k)));
+}
+
+TEST(PlanTrainer, RefineMovesTheRatesTowardTheMeasuredStep) {
+  const ModelShape shape = ShapeOf(*PresetConfig("tiny"));
+  Rates r = DefaultRates(shape, JobShapeOf(Tiny()));
+  StepPrediction predicted;
+  predicted.step_seconds = 1.0;
+  predicted.bottleneck = kResGpu;
+  StepStats s;
+  s.step_seconds = 1.5;
+  s.update_busy_seconds = static_cast<double>(shape.total_params()) / 1e6;  // 1e6 params/s
+  const double forward = r.forward_s, adamw = r.adamw_params_per_s;
+  RefineRates(s, predicted, shape, 0.5, r);
+  EXPECT_DOUBLE_EQ(r.forward_s, forward * 1.25);
+  EXPECT_DOUBLE_EQ(r.adamw_params_per_s, 0.5 * adamw + 0.5 * 1e6);
+  // Not the GPU's fault: the GPU times stay.
+  predicted.bottleneck = kResCpuUpdate;
+  RefineRates(s, predicted, shape, 0.5, r);
+  EXPECT_DOUBLE_EQ(r.forward_s, forward * 1.25);
+}
+
+TEST(PlanTrainer, SustainedDriftReplans) {
+  TrainConfig c = Tiny();
+  c.policy.auto_plan = true;
+  c.policy.replan_threshold = 0.15;
+  absl::StatusOr<PlanManager> m = PlanManager::Start(*PresetConfig("tiny"), c);
+  ASSERT_TRUE(m.ok()) << m.status();
+  bool replanned = false;
+  for (int step = 1; step <= 8 && m->report().last_change.find("re-planned") == std::string::npos; ++step) {
+    StepStats s;
+    s.step = step;
+    s.step_seconds = 3 * m->prediction().step_seconds;  // far slower than predicted
+    replanned |= m->AfterStep(s, /*first_of_plan=*/step == 1).has_value();
+    EXPECT_GT(s.predicted_step_seconds, 0);
+    EXPECT_FALSE(s.bottleneck.empty());
+  }
+  EXPECT_NE(m->report().last_change.find("re-planned after step 4"), std::string::npos) << m->report().last_change;
+  EXPECT_EQ(m->report().replans, replanned ? 1 : 0);
+}
+
+}  // namespace
+}  // namespace slidedp
