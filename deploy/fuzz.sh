@@ -28,7 +28,7 @@ protoc -I proto --cpp_out="$out/gen" proto/slidedp/v1/job.proto
 
 sources() {
   case "$1" in
-    safetensors) echo runtime/model/safetensors.cc runtime/model/json_nesting.cc ;;
+    safetensors) echo runtime/model/safetensors.cc runtime/model/atomic_file.cc runtime/model/json_nesting.cc ;;
     config) echo runtime/model/model_config.cc runtime/model/param_layout.cc runtime/model/json_nesting.cc ;;
     token_file) echo runtime/data/token_file.cc runtime/data/data_file_mapping.cc runtime/data/token_source.cc ;;
     jsonl) echo runtime/data/jsonl_tokens.cc runtime/data/data_file_mapping.cc runtime/data/token_source.cc ;;
