@@ -63,6 +63,7 @@ int32_t Id(const Tokenizer& t, const char* token) { return t.TokenId(token).valu
 
 // Builds expected ids and flags piece by piece.
 struct Expected {
+  explicit Expected(const Tokenizer* t) : tok(t) {}
   const Tokenizer* tok;
   std::vector<int32_t> ids;
   std::vector<uint8_t> flags;
@@ -77,11 +78,16 @@ struct Expected {
   }
 };
 
-void EncodeRecord(const DocumentEncoder& e, absl::string_view line, std::vector<int32_t>* ids,
-                  std::vector<uint8_t>* flags) {
-  absl::StatusOr<TextRecord> record = ParseTextRecord(line, e.format());
-  ASSERT_TRUE(record.ok()) << record.status();
-  e.Encode(*record, ids, flags);
+// The ids and flags of `line` in `format`, with the fixture tokenizer `fixture`.
+Expected EncodeLine(const std::string& fixture, TextFormat format, ModelFamily family,
+                    absl::string_view line) {
+  Expected got{&Fixture(fixture)};
+  absl::StatusOr<DocumentEncoder> e = DocumentEncoder::Create(*got.tok, format, family);
+  EXPECT_TRUE(e.ok()) << e.status();
+  absl::StatusOr<TextRecord> record = ParseTextRecord(line, format);
+  EXPECT_TRUE(record.ok()) << record.status();
+  if (e.ok() && record.ok()) e->Encode(*record, &got.ids, &got.flags);
+  return got;
 }
 
 TEST(TextDatasetTest, TextDocumentIsEncodePlusEndOfText) {
@@ -89,11 +95,10 @@ TEST(TextDatasetTest, TextDocumentIsEncodePlusEndOfText) {
        {std::tuple("qwen2", ModelFamily::kQwen2, "<|endoftext|>"),
         std::tuple("llama3", ModelFamily::kLlama, "<|end_of_text|>")}) {
     const Tokenizer& tok = Fixture(family);
-    absl::StatusOr<DocumentEncoder> e = DocumentEncoder::Create(tok, TextFormat::kText, model);
-    ASSERT_TRUE(e.ok()) << e.status();
-    std::vector<int32_t> ids;
-    std::vector<uint8_t> flags;
-    EncodeRecord(*e, R"({"text": "Hello world, 123 times!", "id": 7})", &ids, &flags);
+    const Expected got =
+        EncodeLine(family, TextFormat::kText, model, R"({"text": "Hello world, 123 times!", "id": 7})");
+    const std::vector<int32_t>& ids = got.ids;
+    const std::vector<uint8_t>& flags = got.flags;
     std::vector<int32_t> want = tok.Encode("Hello world, 123 times!", /*add_special_tokens=*/true);
     want.push_back(Id(tok, end));
     EXPECT_EQ(ids, want) << family;
@@ -105,13 +110,11 @@ TEST(TextDatasetTest, TextDocumentIsEncodePlusEndOfText) {
 }
 
 TEST(TextDatasetTest, PromptCompletionMaskCoversTheCompletionAndTheEnd) {
-  const Tokenizer& tok = Fixture("qwen2");
-  auto e = DocumentEncoder::Create(tok, TextFormat::kPromptCompletion, ModelFamily::kQwen3);
-  ASSERT_TRUE(e.ok()) << e.status();
-  std::vector<int32_t> ids;
-  std::vector<uint8_t> flags;
-  EncodeRecord(*e, R"({"prompt": "Translate: cat", "completion": " chat"})", &ids, &flags);
-  Expected want{&tok};
+  const Expected got = EncodeLine("qwen2", TextFormat::kPromptCompletion, ModelFamily::kQwen3,
+                                  R"({"prompt": "Translate: cat", "completion": " chat"})");
+  const std::vector<int32_t>& ids = got.ids;
+  const std::vector<uint8_t>& flags = got.flags;
+  Expected want{got.tok};
   want.Text("Translate: cat", false, true);
   want.Text(" chat", true);
   want.Token("<|endoftext|>", true);
@@ -129,11 +132,9 @@ const char kChat[] =
 
 TEST(TextDatasetTest, ChatMlRenderingAndAssistantMask) {
   const Tokenizer& tok = Fixture("qwen2");
-  auto e = DocumentEncoder::Create(tok, TextFormat::kChat, ModelFamily::kQwen2);
-  ASSERT_TRUE(e.ok()) << e.status();
-  std::vector<int32_t> ids;
-  std::vector<uint8_t> flags;
-  EncodeRecord(*e, kChat, &ids, &flags);
+  const Expected got = EncodeLine("qwen2", TextFormat::kChat, ModelFamily::kQwen2, kChat);
+  const std::vector<int32_t>& ids = got.ids;
+  const std::vector<uint8_t>& flags = got.flags;
   const std::string rendered =
       "<|im_start|>system\nYou are terse.<|im_end|>\n"
       "<|im_start|>user\nHello there<|im_end|>\n"
@@ -157,11 +158,9 @@ TEST(TextDatasetTest, ChatMlRenderingAndAssistantMask) {
 
 TEST(TextDatasetTest, Llama3RenderingAndAssistantMask) {
   const Tokenizer& tok = Fixture("llama3");
-  auto e = DocumentEncoder::Create(tok, TextFormat::kChat, ModelFamily::kLlama);
-  ASSERT_TRUE(e.ok()) << e.status();
-  std::vector<int32_t> ids;
-  std::vector<uint8_t> flags;
-  EncodeRecord(*e, kChat, &ids, &flags);
+  const Expected got = EncodeLine("llama3", TextFormat::kChat, ModelFamily::kLlama, kChat);
+  const std::vector<int32_t>& ids = got.ids;
+  const std::vector<uint8_t>& flags = got.flags;
   const std::string rendered =
       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
       "<|start_header_id|>user<|end_header_id|>\n\nHello there<|eot_id|>"
