@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 shift || true
-all=(safetensors config token_file jsonl train_config spec_file checkpoint)
+all=(safetensors config token_file jsonl text_records train_config spec_file checkpoint)
 # Every target: jsonl and spec_file, which once crashed (tests/fuzz/crashes holds the
 # inputs, fixed since), are back in the set.
 default=("${all[@]}")
@@ -27,10 +27,14 @@ protoc -I proto --cpp_out="$out/gen" proto/slidedp/v1/job.proto
 
 sources() {
   case "$1" in
-    safetensors) echo runtime/model/safetensors.cc runtime/model/json_nesting.cc ;;
+    safetensors) echo runtime/model/safetensors.cc runtime/model/atomic_file.cc runtime/model/json_nesting.cc ;;
     config) echo runtime/model/model_config.cc runtime/model/param_layout.cc runtime/model/json_nesting.cc ;;
     token_file) echo runtime/data/token_file.cc runtime/data/data_file_mapping.cc runtime/data/token_source.cc ;;
     jsonl) echo runtime/data/jsonl_tokens.cc runtime/data/data_file_mapping.cc runtime/data/token_source.cc ;;
+    text_records) echo runtime/data/text_records.cc runtime/data/document_encoder.cc \
+      runtime/data/corpus_tokenizer.cc runtime/data/token_source.cc runtime/data/tokenizer/*.cc \
+      runtime/model/model_config.cc runtime/model/param_layout.cc runtime/model/json_nesting.cc \
+      runtime/state/thread_pool.cc ;;
     train_config) echo runtime/train_config.cc ;;
     spec_file) echo client/spec_file.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     checkpoint) echo runtime/state/checkpoint.cc ;;
@@ -41,6 +45,7 @@ libs() {
   case "$1" in
     train_config) echo -lyaml-cpp ;;
     spec_file) echo -lprotobuf -lyaml-cpp ;;
+    text_records) pkg-config --libs re2 libutf8proc absl_flat_hash_map absl_hash absl_raw_hash_set ;;
   esac
 }
 

@@ -32,6 +32,11 @@ void VisitFields(DataConfig& d, V& v) {
   v.Field("path", d.path);
   v.Field("token_dtype", d.token_dtype);
   v.Field("shuffle", d.shuffle);
+  v.Field("tokenizer", d.tokenizer);
+  v.Field("cache_dir", d.cache_dir);
+  v.Field("skip_bad_lines", d.skip_bad_lines);
+  v.Field("document_mask", d.document_mask);
+  v.Field("eval_path", d.eval_path);
 }
 
 template <typename V>
@@ -86,6 +91,8 @@ void VisitFields(TrainConfig& c, V& v) {
   v.Field("log_every", c.log_every);
   v.Field("trace_file", c.trace_file);
   v.Field("collective_timeout_seconds", c.collective_timeout_seconds);
+  v.Field("eval_interval", c.eval_interval);
+  v.Field("eval_batches", c.eval_batches);
 }
 
 // Every field's full name ("optimizer.lr"), sections included.
@@ -399,14 +406,45 @@ Check Real(const char* field, double value, bool ok, const char* rule) {
   return Problem{field, absl::StrCat("must be ", rule, ", got ", value)};
 }
 
+bool IsText(const std::string& format) {
+  return format == "text" || format == "prompt_completion" || format == "chat";
+}
+
+// A field that only `formats` use must be empty (or false) with any other format.
+Check OnlyFor(const char* field, bool set, const std::string& format, bool applies,
+              const char* formats) {
+  if (!set || applies) return std::nullopt;
+  return Problem{field, absl::StrCat("is only used with data.format ", formats,
+                                     "; leave it unset for '", format, "'")};
+}
+
 Check CheckData(const DataConfig& d) {
-  if (Check c = OneOf("data.format", d.format, {"synthetic", "tokens", "jsonl"})) return c;
+  if (Check c = OneOf("data.format", d.format,
+                      {"synthetic", "tokens", "jsonl", "text", "prompt_completion", "chat"})) {
+    return c;
+  }
   if (d.format == "synthetic" && !d.path.empty()) {
     return Problem{"data.path",
                    "must be empty when data.format is 'synthetic', got '" + d.path + "'"};
   }
   if (d.format != "synthetic" && d.path.empty()) {
     return Problem{"data.path", "must be set when data.format is '" + d.format + "'"};
+  }
+  const bool text = IsText(d.format);
+  const char* text_formats = "text, prompt_completion or chat";
+  if (Check c = OnlyFor("data.tokenizer", !d.tokenizer.empty(), d.format, text, text_formats))
+    return c;
+  if (Check c = OnlyFor("data.cache_dir", !d.cache_dir.empty(), d.format, text, text_formats))
+    return c;
+  if (Check c = OnlyFor("data.skip_bad_lines", d.skip_bad_lines, d.format, text, text_formats))
+    return c;
+  if (Check c = OnlyFor("data.document_mask", d.document_mask, d.format,
+                        text || d.format == "jsonl", "jsonl, text, prompt_completion or chat")) {
+    return c;
+  }
+  if (Check c = OnlyFor("data.eval_path", !d.eval_path.empty(), d.format, d.format != "synthetic",
+                        "tokens, jsonl, text, prompt_completion or chat")) {
+    return c;
   }
   return OneOf("data.token_dtype", d.token_dtype, {"uint16", "uint32"});
 }
@@ -481,6 +519,11 @@ Check CheckRun(const TrainConfig& c) {
                      c.collective_timeout_seconds > 0 && std::isfinite(c.collective_timeout_seconds), "> 0")) {
     return p;
   }
+  if (Check p = AtLeast<int64_t>("eval_interval", c.eval_interval, 0)) return p;
+  if (c.eval_interval > 0 && c.data.eval_path.empty()) {
+    return Problem{"eval_interval", "needs data.eval_path (the evaluation data)"};
+  }
+  if (Check p = AtLeast<int64_t>("eval_batches", c.eval_batches, 1)) return p;
   return AtLeast<int64_t>("log_every", c.log_every, 1);
 }
 

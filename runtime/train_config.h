@@ -16,10 +16,28 @@ struct DataConfig {
   // "synthetic": the built-in corpus with learnable structure (no path).
   // "tokens":    flat binary token file (`path`, `token_dtype` uint16 or uint32).
   // "jsonl":     JSON lines, each an array of token ids or {"tokens": [...]}.
+  // Text, tokenized with `tokenizer` (runtime/data/document_encoder.h):
+  // "text":      JSON lines {"text": ...}, loss on every token.
+  // "prompt_completion": {"prompt": ..., "completion": ...}, loss on the completion.
+  // "chat":      {"messages": [{"role": ..., "content": ...}]} in the model family's chat
+  //              format, loss on the assistant messages.
   std::string format = "synthetic";
   std::string path;
   std::string token_dtype = "uint16";
   bool shuffle = true;
+  // Text formats: a tokenizer.json or a directory holding one; empty: the model
+  // directory's (a preset has none).
+  std::string tokenizer;
+  // Text formats: where token caches go; empty: `.slidedp-cache` beside the data file,
+  // else $XDG_CACHE_HOME/slidedp (~/.cache/slidedp) when that is not writable.
+  std::string cache_dir;
+  // Text formats: skip (and count) malformed lines instead of failing on the first.
+  bool skip_bad_lines = false;
+  // Fill TokenBatch.positions (position inside the document) so that attention and
+  // RoPE restart at document boundaries. Formats with documents: jsonl and the text ones.
+  bool document_mask = false;
+  // Held-out evaluation data in `format`, never shuffled; empty: none.
+  std::string eval_path;
 };
 
 struct OptimizerConfig {
@@ -89,6 +107,8 @@ struct TrainConfig {
   int64_t log_every = 1;
   double collective_timeout_seconds = 600;  // a GPU collective not done by then fails the job
   std::string trace_file;         // non-empty: write a Chrome-trace JSON of every step there
+  int64_t eval_interval = 0;      // steps between evaluations on data.eval_path; 0: none
+  int64_t eval_batches = 8;       // batches (of global_batch_sequences()) per evaluation
 
   int64_t global_batch_sequences() const { return micro_batch_size * grad_accum * workers; }
   int64_t tokens_per_step() const { return global_batch_sequences() * seq_len; }

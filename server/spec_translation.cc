@@ -59,6 +59,11 @@ void ApplyData(const v1::DataSpec& d, DataConfig* c) {
   Take(d.has_path(), d.path(), &c->path);
   Take(d.has_token_dtype(), d.token_dtype(), &c->token_dtype);
   Take(d.has_shuffle(), d.shuffle(), &c->shuffle);
+  Take(d.has_tokenizer(), d.tokenizer(), &c->tokenizer);
+  Take(d.has_cache_dir(), d.cache_dir(), &c->cache_dir);
+  Take(d.has_skip_bad_lines(), d.skip_bad_lines(), &c->skip_bad_lines);
+  Take(d.has_document_mask(), d.document_mask(), &c->document_mask);
+  Take(d.has_eval_path(), d.eval_path(), &c->eval_path);
 }
 
 void ApplyOptimizer(const v1::OptimizerSpec& o, OptimizerConfig* c) {
@@ -108,27 +113,62 @@ absl::Status CheckModel(const PathPolicy& paths, TrainConfig* config) {
   return absl::OkStatus();
 }
 
+// Replaces `*path` (spec field `field`) by its canonical form when it is set.
+absl::Status CheckOptionalPath(const PathPolicy& paths, const char* field, PathKind kind,
+                               bool must_exist, std::string* path) {
+  if (path->empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> canonical = paths.Check(field, *path, kind, must_exist);
+  if (!canonical.ok()) return canonical.status();
+  *path = *canonical;
+  return absl::OkStatus();
+}
+
+// The tokenizer belongs with the model or the data: either root will do.
+absl::Status CheckTokenizer(const PathPolicy& paths, std::string* tokenizer) {
+  if (tokenizer->empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> as_model =
+      paths.Check("data.tokenizer", *tokenizer, PathKind::kModel, /*must_exist=*/true);
+  if (as_model.ok() || !absl::IsPermissionDenied(as_model.status())) {
+    if (as_model.ok()) *tokenizer = *as_model;
+    return as_model.status();
+  }
+  absl::StatusOr<std::string> as_data =
+      paths.Check("data.tokenizer", *tokenizer, PathKind::kData, /*must_exist=*/true);
+  if (!as_data.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        as_model.status().message(), "; nor is it under the allowed roots [",
+        absl::StrJoin(paths.roots(PathKind::kData), ", "), "] of --data_roots"));
+  }
+  *tokenizer = *as_data;
+  return absl::OkStatus();
+}
+
+absl::Status CheckDataPaths(const PathPolicy& paths, DataConfig* data) {
+  if (data->format == "synthetic") return absl::OkStatus();  // ValidateTrainConfig says why
+  absl::StatusOr<std::string> path =
+      paths.Check("data.path", data->path, PathKind::kData, /*must_exist=*/true);
+  if (!path.ok()) return path.status();
+  data->path = *path;
+  if (absl::Status s = CheckOptionalPath(paths, "data.eval_path", PathKind::kData,
+                                         /*must_exist=*/true, &data->eval_path);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckTokenizer(paths, &data->tokenizer); !s.ok()) return s;
+  return CheckOptionalPath(paths, "data.cache_dir", PathKind::kOutput, /*must_exist=*/false,
+                           &data->cache_dir);
+}
+
 absl::Status CheckPaths(const PathPolicy& paths, TrainConfig* config) {
   if (absl::Status s = CheckModel(paths, config); !s.ok()) return s;
-  if (config->data.format != "synthetic") {  // synthetic + path: ValidateTrainConfig says why
-    absl::StatusOr<std::string> data =
-        paths.Check("data.path", config->data.path, PathKind::kData, /*must_exist=*/true);
-    if (!data.ok()) return data.status();
-    config->data.path = *data;
+  if (absl::Status s = CheckDataPaths(paths, &config->data); !s.ok()) return s;
+  if (absl::Status s = CheckOptionalPath(paths, "checkpoint_dir", PathKind::kOutput,
+                                         /*must_exist=*/false, &config->checkpoint_dir);
+      !s.ok()) {
+    return s;
   }
-  if (!config->checkpoint_dir.empty()) {
-    absl::StatusOr<std::string> dir = paths.Check("checkpoint_dir", config->checkpoint_dir,
-                                                  PathKind::kOutput, /*must_exist=*/false);
-    if (!dir.ok()) return dir.status();
-    config->checkpoint_dir = *dir;
-  }
-  if (!config->output_dir.empty()) {
-    absl::StatusOr<std::string> dir =
-        paths.Check("output_dir", config->output_dir, PathKind::kOutput, /*must_exist=*/false);
-    if (!dir.ok()) return dir.status();
-    config->output_dir = *dir;
-  }
-  return absl::OkStatus();
+  return CheckOptionalPath(paths, "output_dir", PathKind::kOutput, /*must_exist=*/false,
+                           &config->output_dir);
 }
 
 }  // namespace
@@ -155,6 +195,8 @@ TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& s) {
   ApplyPolicy(s.policy(), &c.policy);
   Take(s.has_log_every(), s.log_every(), &c.log_every);
   Take(s.has_max_bad_steps(), s.max_bad_steps(), &c.max_bad_steps);
+  Take(s.has_eval_interval(), s.eval_interval(), &c.eval_interval);
+  Take(s.has_eval_batches(), s.eval_batches(), &c.eval_batches);
   return c;
 }
 
@@ -179,6 +221,11 @@ v1::JobSpec TrainConfigToJobSpec(const TrainConfig& c) {
   d->set_path(c.data.path);
   d->set_token_dtype(c.data.token_dtype);
   d->set_shuffle(c.data.shuffle);
+  d->set_tokenizer(c.data.tokenizer);
+  d->set_cache_dir(c.data.cache_dir);
+  d->set_skip_bad_lines(c.data.skip_bad_lines);
+  d->set_document_mask(c.data.document_mask);
+  d->set_eval_path(c.data.eval_path);
   s.set_seq_len(c.seq_len);
   s.set_micro_batch_size(c.micro_batch_size);
   s.set_grad_accum(c.grad_accum);
@@ -215,6 +262,8 @@ v1::JobSpec TrainConfigToJobSpec(const TrainConfig& c) {
   p->set_replan_threshold(c.policy.replan_threshold);
   s.set_log_every(c.log_every);
   s.set_max_bad_steps(c.max_bad_steps);
+  s.set_eval_interval(c.eval_interval);
+  s.set_eval_batches(c.eval_batches);
   return s;
 }
 

@@ -28,6 +28,13 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.data.path, b.data.path);
   EXPECT_EQ(a.data.token_dtype, b.data.token_dtype);
   EXPECT_EQ(a.data.shuffle, b.data.shuffle);
+  EXPECT_EQ(a.data.tokenizer, b.data.tokenizer);
+  EXPECT_EQ(a.data.cache_dir, b.data.cache_dir);
+  EXPECT_EQ(a.data.skip_bad_lines, b.data.skip_bad_lines);
+  EXPECT_EQ(a.data.document_mask, b.data.document_mask);
+  EXPECT_EQ(a.data.eval_path, b.data.eval_path);
+  EXPECT_EQ(a.eval_interval, b.eval_interval);
+  EXPECT_EQ(a.eval_batches, b.eval_batches);
   EXPECT_EQ(a.seq_len, b.seq_len);
   EXPECT_EQ(a.micro_batch_size, b.micro_batch_size);
   EXPECT_EQ(a.grad_accum, b.grad_accum);
@@ -160,10 +167,51 @@ TEST(TrainConfigTest, JsonRoundTripKeepsEveryField) {
   ExpectSameConfig(*defaults, TrainConfig{});
 }
 
+// The text-format fields, every one differing from its default.
+constexpr char kChatYaml[] = R"(model: /models/qwen3
+data:
+  format: chat
+  path: /data/chat.jsonl
+  tokenizer: /models/qwen3/tokenizer.json
+  cache_dir: /cache
+  skip_bad_lines: true
+  document_mask: true
+  eval_path: /data/chat-eval.jsonl
+eval_interval: 50
+eval_batches: 3
+)";
+
+TEST(TrainConfigTest, ParsesTextDataFieldsAndRoundTripsThem) {
+  absl::StatusOr<TrainConfig> c = ParseTrainConfig(kChatYaml, "chat.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.format, "chat");
+  EXPECT_EQ(c->data.tokenizer, "/models/qwen3/tokenizer.json");
+  EXPECT_EQ(c->data.cache_dir, "/cache");
+  EXPECT_TRUE(c->data.skip_bad_lines);
+  EXPECT_TRUE(c->data.document_mask);
+  EXPECT_EQ(c->data.eval_path, "/data/chat-eval.jsonl");
+  EXPECT_EQ(c->eval_interval, 50);
+  EXPECT_EQ(c->eval_batches, 3);
+  absl::StatusOr<TrainConfig> back = ParseTrainConfig(TrainConfigToJson(*c), "back.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameConfig(*c, *back);
+  const TrainConfig defaults;
+  EXPECT_FALSE(defaults.data.document_mask);
+  EXPECT_FALSE(defaults.data.skip_bad_lines);
+  EXPECT_EQ(defaults.eval_interval, 0);
+  EXPECT_EQ(defaults.eval_batches, 8);
+  for (const char* format : {"text", "prompt_completion", "jsonl"}) {
+    EXPECT_TRUE(ParseTrainConfig(std::string("data: {format: ") + format + ", path: /d}\n", "f.yaml").ok())
+        << format;
+  }
+}
+
 TEST(TrainConfigTest, JsonNamesEveryFieldWithNestedSections) {
   const std::string json = TrainConfigToJson(TrainConfig{});
   for (const char* key :
        {"\"model\"", "\"data\"", "\"format\"", "\"shuffle\"", "\"optimizer\"", "\"max_grad_norm\"",
+        "\"tokenizer\"", "\"cache_dir\"", "\"skip_bad_lines\"", "\"document_mask\"", "\"eval_path\"",
+        "\"eval_interval\"", "\"eval_batches\"",
         "\"policy\"", "\"update_threads\"", "\"seed\"", "\"log_every\"", "\"keep_checkpoints\""}) {
     EXPECT_CONTAINS(json, key);
   }
@@ -328,6 +376,16 @@ TEST(TrainConfigErrorTest, EveryValidationRuleNamesItsField) {
       {"policy: {mlp_tile_tokens: -1}", "policy.mlp_tile_tokens"},
       {"policy: {update_threads: -1}", "policy.update_threads"},
       {"log_every: 0", "log_every"},
+      {"data: {format: tokens, path: /t, tokenizer: /tok.json}", "data.tokenizer"},
+      {"data: {format: jsonl, path: /t, cache_dir: /c}", "data.cache_dir"},
+      {"data: {format: tokens, path: /t, skip_bad_lines: true}", "data.skip_bad_lines"},
+      {"data: {format: tokens, path: /t, document_mask: true}", "data.document_mask"},
+      {"data: {document_mask: true}", "data.document_mask"},
+      {"data: {eval_path: /e}", "data.eval_path"},
+      {"data: {format: text}", "data.path"},
+      {"eval_interval: -1", "eval_interval"},
+      {"eval_interval: 10", "eval_interval"},
+      {"eval_batches: 0", "eval_batches"},
   };
   for (const auto& [text, field] : cases) {
     SCOPED_TRACE(text);

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,6 +111,53 @@ TEST(TrainerEval, BadOptionsAreRefusedNamingThem) {
   t = Trainer::Create(c, std::move(none));
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("eval_batches"), std::string::npos) << t.status();
+}
+
+// The job file's fields reach the engine: a chat dataset with the fixture Qwen2-shaped
+// tokenizer, document masking and data.eval_path, through Trainer::Create(config) alone.
+TEST(TrainerEval, JobFieldsOpenTextDataWithDocumentMaskAndEvalData) {
+  const std::string dir = ::testing::TempDir() + "/trainer_eval_text";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, int n) {
+    std::ofstream f(dir + "/" + name);
+    for (int i = 0; i < n; ++i) {
+      f << R"({"messages": [{"role": "user", "content": "say )" << i << R"( twice"}, )"
+        << R"({"role": "assistant", "content": ")" << i << " " << i << R"("}]})" << "\n";
+    }
+  };
+  write("train.jsonl", 60);
+  write("eval.jsonl", 10);
+  TrainConfig c;
+  c.model = "small";  // vocabulary 2048 > the fixture tokenizer's 1564 ids
+  c.data.format = "chat";
+  c.data.path = dir + "/train.jsonl";
+  c.data.tokenizer = std::string(SLIDEDP_SOURCE_DIR) + "/tests/reference/fixtures/tokenizer/qwen2";
+  c.data.cache_dir = dir + "/cache";
+  c.data.eval_path = dir + "/eval.jsonl";
+  c.eval_interval = 1;
+  c.eval_batches = 1;
+  c.seq_len = 32;
+  c.micro_batch_size = 2;
+  c.grad_accum = 1;
+  c.steps = 2;
+  TrainConfig unmasked = c;
+  c.data.document_mask = true;
+  std::vector<double> losses;
+  for (const TrainConfig& config : {c, unmasked}) {
+    absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(config);
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (int64_t k = 0; k < config.steps; ++k) {
+      absl::StatusOr<StepStats> s = (*t)->Step();
+      ASSERT_TRUE(s.ok()) << s.status();
+      ASSERT_TRUE(s->eval_loss.has_value()) << "eval_interval 1: every step evaluates";
+      EXPECT_TRUE(std::isfinite(*s->eval_loss));
+      EXPECT_GT(s->eval_tokens, 0);
+      losses.push_back(s->loss);
+    }
+  }
+  // Masking changes what each token sees (and drops the loss of documents' first tokens).
+  EXPECT_NE(losses[0], losses[2]);
 }
 
 }  // namespace

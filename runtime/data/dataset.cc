@@ -6,43 +6,70 @@
 #include "runtime/data/jsonl_tokens.h"
 #include "runtime/data/packed_dataset.h"
 #include "runtime/data/synthetic_corpus.h"
+#include "runtime/data/text_dataset.h"
+#include "runtime/data/text_records.h"
 #include "runtime/data/token_file.h"
 
 namespace slidedp {
 namespace {
 
-absl::StatusOr<std::unique_ptr<TokenSource>> OpenSource(const DataConfig& data, int64_t vocab_size,
-                                                        uint64_t seed) {
+absl::StatusOr<std::unique_ptr<TokenSource>> OpenSource(const DataConfig& data,
+                                                        const std::string& path,
+                                                        const DataModel& model, uint64_t seed) {
   if (data.format == "synthetic") {
-    return std::unique_ptr<TokenSource>(new SyntheticCorpus(seed, vocab_size));
+    return std::unique_ptr<TokenSource>(new SyntheticCorpus(seed, model.vocab_size));
   }
-  if (data.path.empty()) {
+  if (path.empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("data.path is required for data.format \"%s\"", data.format));
   }
-  if (data.format == "tokens") return OpenTokenFile(data.path, data.token_dtype, vocab_size);
-  if (data.format == "jsonl") return LoadJsonlTokens(data.path, vocab_size);
-  return absl::InvalidArgumentError(
-      absl::StrFormat("data.format \"%s\" is not synthetic, tokens or jsonl", data.format));
+  if (data.format == "tokens") return OpenTokenFile(path, data.token_dtype, model.vocab_size);
+  if (data.format == "jsonl") return LoadJsonlTokens(path, model.vocab_size);
+  if (IsTextFormat(data.format)) return OpenTextSource(data, path, model);
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "data.format \"%s\" is not synthetic, tokens, jsonl, text, prompt_completion or chat",
+      data.format));
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> Open(const DataConfig& data, const std::string& path,
+                                              const DataModel& model, int64_t seq_len,
+                                              uint64_t seed, bool shuffle) {
+  if (seq_len < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("seq_len %d is not >= 1", seq_len));
+  }
+  if (model.vocab_size < 1 || model.vocab_size > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("vocab_size %d is not in [1, 2^31]", model.vocab_size));
+  }
+  absl::StatusOr<std::unique_ptr<TokenSource>> source = OpenSource(data, path, model, seed);
+  if (!source.ok()) return source.status();
+  absl::StatusOr<std::unique_ptr<PackedDataset>> dataset =
+      PackedDataset::Create(*std::move(source), seq_len, seed, shuffle, data.document_mask);
+  if (!dataset.ok()) return dataset.status();
+  return std::unique_ptr<Dataset>(*std::move(dataset));
 }
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, const DataModel& model,
+                                                     int64_t seq_len, uint64_t seed) {
+  return Open(data, data.path, model, seq_len, seed, data.shuffle);
+}
+
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, int64_t seq_len,
                                                      int64_t vocab_size, uint64_t seed) {
-  if (seq_len < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat("seq_len %d is not >= 1", seq_len));
+  DataModel model;
+  model.vocab_size = vocab_size;
+  return OpenDataset(data, model, seq_len, seed);
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenEvalDataset(const DataConfig& data,
+                                                         const DataModel& model, int64_t seq_len,
+                                                         uint64_t seed) {
+  if (data.eval_path.empty()) {
+    return absl::FailedPreconditionError("data.eval_path is not set: there is no evaluation data");
   }
-  if (vocab_size < 1 || vocab_size > (int64_t{1} << 31)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("vocab_size %d is not in [1, 2^31]", vocab_size));
-  }
-  absl::StatusOr<std::unique_ptr<TokenSource>> source = OpenSource(data, vocab_size, seed);
-  if (!source.ok()) return source.status();
-  absl::StatusOr<std::unique_ptr<PackedDataset>> dataset =
-      PackedDataset::Create(*std::move(source), seq_len, seed, data.shuffle);
-  if (!dataset.ok()) return dataset.status();
-  return std::unique_ptr<Dataset>(*std::move(dataset));
+  return Open(data, data.eval_path, model, seq_len, seed, /*shuffle=*/false);
 }
 
 }  // namespace slidedp

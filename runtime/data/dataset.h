@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/model/model_config.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
@@ -16,12 +17,10 @@ namespace slidedp {
 inline constexpr int32_t kIgnoreIndex = -100;
 
 // `rows` sequences of `seq_len` tokens; targets[i] is the token after inputs[i], or
-// kIgnoreIndex where no loss is taken. Row-major [rows, seq_len].
-// positions: empty unless the job asks for document masking. Otherwise the same shape
-// as inputs: the position of each input token inside its own document (0 at a
-// document's first token); a new document starts wherever positions[i] == 0 and at
-// each row's start. The engine then attends only within each document and applies
-// RoPE at these positions (as Hugging Face does for packed rows with position_ids).
+// kIgnoreIndex where no loss is taken. Row-major [rows, seq_len]. `positions` is empty
+// unless data.document_mask is set; then it has the shape of inputs and holds each
+// input's position inside its document, 0 where a document starts and at the first
+// token of every row (see packed_dataset.h): attention must not cross a 0.
 struct TokenBatch {
   int64_t rows = 0;
   int64_t seq_len = 0;
@@ -46,10 +45,31 @@ class Dataset {
   virtual std::string Describe() const = 0;
 };
 
+// What the data needs to know of the model.
+struct DataModel {
+  int64_t vocab_size = 0;
+  ModelFamily family = ModelFamily::kQwen2;  // picks the chat format and end token
+  std::string directory;  // a Hugging Face model directory (its tokenizer.json), or ""
+};
+
 // Opens the dataset `data` describes for sequences of `seq_len` tokens. Every token id
-// must be < vocab_size (checked; the error names the file and position). An empty file,
-// one shorter than seq_len + 1 tokens, or a corrupt one is a clear error.
+// must be < model.vocab_size (checked; the error names the file and position). An
+// empty file, one shorter than seq_len + 1 tokens, or a corrupt one is a clear error.
+// Text formats: see text_dataset.h.
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, const DataModel& model,
+                                                     int64_t seq_len, uint64_t seed);
+
+// The same for a model known only by its vocabulary (a Qwen2-family preset, no
+// directory): the token formats, and text formats with data.tokenizer.
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, int64_t seq_len,
                                                      int64_t vocab_size, uint64_t seed);
+
+// The held-out evaluation data: data.eval_path in data.format (with the same tokenizer,
+// cache and document_mask settings), in file order, never shuffled. An evaluation that
+// must see the same batches each time saves Cursor() right after opening and Restores
+// it before each pass. FailedPrecondition when data.eval_path is empty.
+absl::StatusOr<std::unique_ptr<Dataset>> OpenEvalDataset(const DataConfig& data,
+                                                         const DataModel& model, int64_t seq_len,
+                                                         uint64_t seed);
 
 }  // namespace slidedp

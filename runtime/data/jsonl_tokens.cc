@@ -70,6 +70,7 @@ absl::StatusOr<JsonlTokens> ParseJsonlTokens(absl::string_view text, const std::
     if (!doc.ok()) return doc.status();
     absl::StatusOr<const json*> array = TokenArray(*doc, source, line_number);
     if (!array.ok()) return array.status();
+    result.document_starts.push_back(static_cast<int64_t>(result.tokens.size()));
     absl::Status s = AppendTokens(**array, source, line_number, vocab_size, result.tokens);
     if (!s.ok()) return s;
     ++result.documents;
@@ -90,8 +91,12 @@ absl::StatusOr<std::unique_ptr<TokenSource>> LoadJsonlTokens(const std::string& 
   std::string description =
       absl::StrFormat("jsonl %s (%s tokens in %d documents)", path,
                       FormatTokenCount(parsed->tokens.size()), parsed->documents);
-  return std::unique_ptr<TokenSource>(
-      new InMemoryTokenSource(std::move(parsed->tokens), std::move(description)));
+  std::vector<uint8_t> flags(parsed->tokens.size(), kTokenLoss);
+  for (int64_t start : parsed->document_starts) {
+    if (start < static_cast<int64_t>(flags.size())) flags[start] |= kTokenDocumentStart;
+  }
+  return std::unique_ptr<TokenSource>(new InMemoryTokenSource(
+      std::move(parsed->tokens), std::move(description), std::move(flags)));
 }
 
 }  // namespace slidedp

@@ -1,7 +1,9 @@
 // JSON-lines token corpora: one document per line, either an array of token ids
 // `[1, 2, 3]` or an object `{"tokens": [1, 2, 3]}` (other keys ignored). Blank lines are
 // skipped. Documents are concatenated in file order with no separator (the ids already
-// carry any EOS) and held in memory as int32. Used from the trainer's thread.
+// carry any EOS) and held in memory as int32, every token a target, each document's
+// first token flagged as a document start (for data.document_mask). Used from the
+// trainer's thread.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@ namespace slidedp {
 struct JsonlTokens {
   std::vector<int32_t> tokens;
   int64_t documents = 0;  // non-blank lines
+  std::vector<int64_t> document_starts;  // token offset of each document, ascending
 };
 
 // Parses `text`; `source` names the file in errors, which are "source:LINE: ..." for a

@@ -10,7 +10,8 @@
 namespace slidedp {
 
 absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Create(
-    std::unique_ptr<TokenSource> source, int64_t seq_len, uint64_t seed, bool shuffle) {
+    std::unique_ptr<TokenSource> source, int64_t seq_len, uint64_t seed, bool shuffle,
+    bool document_mask) {
   if (seq_len < 1) {
     return absl::InvalidArgumentError(absl::StrFormat("seq_len %d is not >= 1", seq_len));
   }
@@ -19,17 +20,26 @@ absl::StatusOr<std::unique_ptr<PackedDataset>> PackedDataset::Create(
         "%s: %d tokens are fewer than seq_len + 1 = %d, the length of one training window",
         source->Describe(), source->size(), seq_len + 1));
   }
+  if (document_mask && !source->has_flags()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data.document_mask: %s has no document boundaries (formats jsonl, text, "
+        "prompt_completion and chat have them)",
+        source->Describe()));
+  }
   return std::unique_ptr<PackedDataset>(
-      new PackedDataset(std::move(source), seq_len, seed, shuffle));
+      new PackedDataset(std::move(source), seq_len, seed, shuffle, document_mask));
 }
 
 PackedDataset::PackedDataset(std::unique_ptr<TokenSource> source, int64_t seq_len, uint64_t seed,
-                             bool shuffle)
+                             bool shuffle, bool document_mask)
     : source_(std::move(source)),
       seq_len_(seq_len),
       seed_(seed),
       shuffle_(shuffle),
-      windows_((source_->size() - 1) / seq_len) {}
+      document_mask_(document_mask),
+      windows_((source_->size() - 1) / seq_len),
+      window_(seq_len + 1),
+      flags_(source_->has_flags() ? seq_len + 1 : 0) {}
 
 int64_t PackedDataset::WindowStart(int64_t epoch, int64_t index) const {
   if (!shuffle_) return index * seq_len_;
@@ -48,13 +58,11 @@ absl::StatusOr<TokenBatch> PackedDataset::Next(int64_t rows) {
   batch.seq_len = seq_len_;
   batch.inputs.resize(rows * seq_len_);
   batch.targets.resize(rows * seq_len_);
-  std::vector<int32_t> window(seq_len_ + 1);
+  if (document_mask_) batch.positions.resize(rows * seq_len_);
   int64_t epoch = epoch_, index = index_;
   for (int64_t r = 0; r < rows; ++r) {
-    absl::Status s = source_->Read(WindowStart(epoch, index), absl::MakeSpan(window));
+    absl::Status s = FillRow(WindowStart(epoch, index), r, batch);
     if (!s.ok()) return s;
-    std::copy_n(window.begin(), seq_len_, batch.inputs.begin() + r * seq_len_);
-    std::copy_n(window.begin() + 1, seq_len_, batch.targets.begin() + r * seq_len_);
     if (++index == windows_) {
       index = 0;
       ++epoch;
@@ -63,6 +71,30 @@ absl::StatusOr<TokenBatch> PackedDataset::Next(int64_t rows) {
   epoch_ = epoch;
   index_ = index;
   return batch;
+}
+
+absl::Status PackedDataset::FillRow(int64_t start, int64_t r, TokenBatch& batch) {
+  absl::Status s = source_->Read(start, absl::MakeSpan(window_));
+  if (!s.ok()) return s;
+  int32_t* inputs = batch.inputs.data() + r * seq_len_;
+  int32_t* targets = batch.targets.data() + r * seq_len_;
+  std::copy_n(window_.begin(), seq_len_, inputs);
+  std::copy_n(window_.begin() + 1, seq_len_, targets);
+  if (flags_.empty()) return absl::OkStatus();
+  s = source_->ReadFlags(start, absl::MakeSpan(flags_));
+  if (!s.ok()) return s;
+  const uint8_t cut = document_mask_ ? kTokenDocumentStart : 0;
+  for (int64_t j = 0; j < seq_len_; ++j) {
+    const uint8_t f = flags_[j + 1];
+    if (!(f & kTokenLoss) || (f & cut)) targets[j] = kIgnoreIndex;
+  }
+  if (!document_mask_) return absl::OkStatus();
+  int32_t* positions = batch.positions.data() + r * seq_len_;
+  positions[0] = 0;
+  for (int64_t j = 1; j < seq_len_; ++j) {
+    positions[j] = (flags_[j] & kTokenDocumentStart) ? 0 : positions[j - 1] + 1;
+  }
+  return absl::OkStatus();
 }
 
 DataCursor PackedDataset::Identity() const {
@@ -89,8 +121,9 @@ absl::Status PackedDataset::Restore(const std::string& cursor) {
 }
 
 std::string PackedDataset::Describe() const {
-  return absl::StrFormat("%s; %s windows of %d per epoch, %s", source_->Describe(),
-                         FormatTokenCount(windows_), seq_len_, shuffle_ ? "shuffled" : "in order");
+  return absl::StrFormat("%s; %s windows of %d per epoch, %s%s", source_->Describe(),
+                         FormatTokenCount(windows_), seq_len_, shuffle_ ? "shuffled" : "in order",
+                         document_mask_ ? ", document positions" : "");
 }
 
 }  // namespace slidedp

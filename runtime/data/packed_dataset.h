@@ -6,12 +6,19 @@
 // window[1, seq_len]. Epoch e visits the windows in the order WindowPermutation(W,
 // EpochShuffleKey(seed, e)) (a fresh permutation per epoch, no O(W) memory), or in file
 // order without shuffle; after the last window of an epoch comes the first of the next.
-// Used from the trainer's thread only.
+// Flags (token_source.h) travel with the tokens: a target whose token lacks kTokenLoss
+// becomes kIgnoreIndex. With document_mask, TokenBatch.positions holds each input's
+// position in its document, restarting at 0 at a document start and at the first token
+// of every row (a window that begins inside a document counts its first token as
+// position 0: positions stay below seq_len and RoPE is relative, so nothing is lost);
+// a target that starts a document is kIgnoreIndex there (the model, seeing only the
+// previous document, cannot predict it). Used from the trainer's thread only.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,10 +34,12 @@ inline constexpr int64_t kMaxBatchTokens = int64_t{1} << 30;
 class PackedDataset final : public Dataset {
  public:
   // seq_len >= 1. InvalidArgument naming the source if it holds fewer than seq_len + 1
-  // tokens. The position starts at epoch 0, window 0.
+  // tokens, or if document_mask is asked of a source without flags (no documents).
+  // The position starts at epoch 0, window 0.
   static absl::StatusOr<std::unique_ptr<PackedDataset>> Create(std::unique_ptr<TokenSource> source,
                                                                int64_t seq_len, uint64_t seed,
-                                                               bool shuffle);
+                                                               bool shuffle,
+                                                               bool document_mask = false);
 
   // rows >= 1 and rows * seq_len <= kMaxBatchTokens, else InvalidArgument. On an error
   // from the source (a token outside the vocabulary) the position is unchanged.
@@ -55,14 +64,20 @@ class PackedDataset final : public Dataset {
   int64_t WindowStart(int64_t epoch, int64_t index) const;
 
  private:
-  PackedDataset(std::unique_ptr<TokenSource> source, int64_t seq_len, uint64_t seed, bool shuffle);
+  PackedDataset(std::unique_ptr<TokenSource> source, int64_t seq_len, uint64_t seed, bool shuffle,
+                bool document_mask);
   DataCursor Identity() const;
+  // Writes row `r` of `batch` from the window of seq_len + 1 tokens at `start`.
+  absl::Status FillRow(int64_t start, int64_t r, TokenBatch& batch);
 
   std::unique_ptr<TokenSource> source_;
   int64_t seq_len_;
   uint64_t seed_;
   bool shuffle_;
+  bool document_mask_;
   int64_t windows_;
+  std::vector<int32_t> window_;  // scratch of seq_len + 1 ids
+  std::vector<uint8_t> flags_;   // and their flags
   int64_t epoch_ = 0;
   int64_t index_ = 0;  // next window of the epoch, in [0, windows_)
 };

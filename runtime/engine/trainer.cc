@@ -70,6 +70,9 @@ std::string TrajectoryMismatch(const TrainConfig& saved, const TrainConfig& now)
       {"data.path", saved.data.path, now.data.path},
       {"data.token_dtype", saved.data.token_dtype, now.data.token_dtype},
       {"data.shuffle", num(saved.data.shuffle), num(now.data.shuffle)},
+      {"data.tokenizer", saved.data.tokenizer, now.data.tokenizer},
+      {"data.skip_bad_lines", num(saved.data.skip_bad_lines), num(now.data.skip_bad_lines)},
+      {"data.document_mask", num(saved.data.document_mask), num(now.data.document_mask)},
       {"seq_len", num(saved.seq_len), num(now.seq_len)},
       {"micro_batch_size", num(saved.micro_batch_size), num(now.micro_batch_size)},
       {"grad_accum", num(saved.grad_accum), num(now.grad_accum)},
@@ -537,11 +540,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   } else {
     state->InitRandom(config.seed);
   }
+  const DataModel data_model{model->vocab_size, model->family, from_dir ? config.model : ""};
   if (inputs.train == nullptr) {
-    absl::StatusOr<std::unique_ptr<Dataset>> data =
-        OpenDataset(config.data, config.seq_len, model->vocab_size, config.seed);
+    absl::StatusOr<std::unique_ptr<Dataset>> data = OpenDataset(config.data, data_model, config.seq_len, config.seed);
     if (!data.ok()) return data.status();
     inputs.train = std::move(*data);
+  }
+  if (inputs.eval.dataset == nullptr && !config.data.eval_path.empty()) {
+    // Held-out data: every eval_interval steps, and after the last step in any case.
+    absl::StatusOr<std::unique_ptr<Dataset>> eval =
+        OpenEvalDataset(config.data, data_model, config.seq_len, config.seed);
+    if (!eval.ok()) return eval.status();
+    inputs.eval = EvalOptions{std::move(*eval), config.eval_interval, config.eval_batches};
   }
   plan.FixLanding(bf16_landing);
   auto trainer = std::make_unique<EngineTrainer>(requested, config, *model, std::move(state), std::move(inputs.train),

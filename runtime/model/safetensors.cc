@@ -1,6 +1,7 @@
 // Safetensors reader and writer: see safetensors.h. The reader validates the whole
 // header up front; after that every access is within ranges already checked.
 #include "runtime/model/safetensors.h"
+#include "runtime/model/atomic_file.h"
 #include "runtime/model/json_nesting.h"
 
 #include <fcntl.h>
@@ -392,58 +393,6 @@ absl::Status SafetensorsFile::ReadAsFloat(std::string_view name, float* dst, int
 // ---- writer ----
 
 namespace {
-
-// A file written under PATH.tmp and renamed over PATH by Commit(); removed if not
-// committed.
-class AtomicFile {
- public:
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
-  }
-
-  absl::Status Open(const std::string& path) {
-    path_ = path;
-    tmp_ = path + ".tmp";
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) return ErrnoStatus("cannot create", tmp_);
-    return absl::OkStatus();
-  }
-
-  absl::Status Append(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return ErrnoStatus("cannot write", tmp_);
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Commit() {
-    if (::fsync(fd_) != 0) return ErrnoStatus("cannot fsync", tmp_);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) return ErrnoStatus("cannot close", tmp_);
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) return ErrnoStatus("cannot rename to", path_);
-    committed_ = true;
-    std::string dir = std::filesystem::path(path_).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) return ErrnoStatus("cannot open folder", dir);
-    const int rc = ::fsync(dfd);
-    ::close(dfd);
-    if (rc != 0) return ErrnoStatus("cannot fsync folder", dir);
-    return absl::OkStatus();
-  }
-
- private:
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 absl::Status CheckTensorToWrite(const std::string& path, const TensorToWrite& t, int64_t* numel) {
   if (t.name.empty() || t.name == "__metadata__") {

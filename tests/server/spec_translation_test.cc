@@ -62,6 +62,15 @@ TEST(SpecTranslationTest, RoundTripKeepsEveryField) {
   c.checkpoint_interval = 3;
   c.keep_checkpoints = 2;
   c.log_every = 7;
+  c.data.format = "chat";
+  c.data.path = "/data/chat.jsonl";
+  c.data.tokenizer = "/models/q/tokenizer.json";
+  c.data.cache_dir = "/out/cache";
+  c.data.skip_bad_lines = true;
+  c.data.document_mask = true;
+  c.data.eval_path = "/data/eval.jsonl";
+  c.eval_interval = 11;
+  c.eval_batches = 2;
   const TrainConfig back = JobSpecToTrainConfigUnchecked(TrainConfigToJobSpec(c));
   EXPECT_EQ(TrainConfigToJson(back), TrainConfigToJson(c));
 }
@@ -135,6 +144,47 @@ TEST(SpecTranslationTest, PathsAreCheckedAndMadeCanonical) {
   EXPECT_NE(model.message().find("--model_roots"), absl::string_view::npos) << model;
 }
 
+TEST(SpecTranslationTest, TextDataPathsAreCheckedAgainstTheirRoots) {
+  TempDir dir;
+  for (const char* sub : {"models/q", "data", "out"}) std::filesystem::create_directories(dir.Join(sub));
+  testing::WriteFile(dir.Join("data/chat.jsonl"), "{}\n");
+  testing::WriteFile(dir.Join("data/eval.jsonl"), "{}\n");
+  testing::WriteFile(dir.Join("data/tokenizer.json"), "{}");
+  testing::WriteFile(dir.Join("models/q/tokenizer.json"), "{}");
+  auto paths = PathPolicy::Create(PathRoots{{dir.Join("models")}, {dir.Join("data")}, {dir.Join("out")}});
+  ASSERT_TRUE(paths.ok());
+  v1::JobSpec spec;
+  v1::DataSpec* d = spec.mutable_data();
+  d->set_format("chat");
+  d->set_path(dir.Join("data/chat.jsonl"));
+  d->set_tokenizer(dir.Join("models/q/../q"));
+  d->set_eval_path(dir.Join("data/eval.jsonl"));
+  d->set_cache_dir(dir.Join("out/cache"));
+  spec.set_eval_interval(5);
+  absl::StatusOr<TrainConfig> c = JobSpecToTrainConfig(spec, *paths);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.tokenizer, std::filesystem::canonical(dir.Join("models/q")).string());
+  EXPECT_EQ(c->eval_interval, 5);
+  d->set_tokenizer(dir.Join("data/tokenizer.json"));  // under the data roots: allowed too
+  EXPECT_TRUE(JobSpecToTrainConfig(spec, *paths).ok());
+  const auto refused = [&](const char* field) {
+    absl::Status s = JobSpecToTrainConfig(spec, *paths).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_NE(s.message().find(field), absl::string_view::npos) << s;
+  };
+  d->set_tokenizer(dir.Join("out/tokenizer.json"));
+  refused("data.tokenizer");
+  d->set_tokenizer(dir.Join("models/q"));
+  d->set_eval_path(dir.Join("models/q/tokenizer.json"));
+  refused("data.eval_path");
+  d->set_eval_path(dir.Join("data/eval.jsonl"));
+  d->set_cache_dir(dir.Join("data/cache"));
+  refused("data.cache_dir");
+  d->set_cache_dir(dir.Join("out/cache"));
+  d->set_eval_path(dir.Join("data/missing.jsonl"));
+  EXPECT_EQ(JobSpecToTrainConfig(spec, *paths).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // `slidedp submit FILE` and `slidedp-train FILE` must read a file the same way.
 TEST(SpecTranslationTest, SpecFilesMeanTheSameAsForSlidedpTrain) {
   const std::string yaml =
@@ -144,6 +194,15 @@ TEST(SpecTranslationTest, SpecFilesMeanTheSameAsForSlidedpTrain) {
   absl::StatusOr<TrainConfig> train = ParseTrainConfig(yaml, "job.yaml");
   ASSERT_TRUE(train.ok()) << train.status();
   absl::StatusOr<v1::JobSpec> spec = client::ParseJobSpec(yaml, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(TrainConfigToJson(JobSpecToTrainConfigUnchecked(*spec)), TrainConfigToJson(*train));
+  const std::string chat =
+      "data:\n  format: chat\n  path: /d/c.jsonl\n  tokenizer: /m/tokenizer.json\n"
+      "  cache_dir: /o/cache\n  skip_bad_lines: true\n  document_mask: true\n"
+      "  eval_path: /d/e.jsonl\neval_interval: 20\neval_batches: 4\n";
+  train = ParseTrainConfig(chat, "chat.yaml");
+  ASSERT_TRUE(train.ok()) << train.status();
+  spec = client::ParseJobSpec(chat, "chat.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(TrainConfigToJson(JobSpecToTrainConfigUnchecked(*spec)), TrainConfigToJson(*train));
   const std::string example = testing::ReadFileOrEmpty(std::string(SLIDEDP_SOURCE_DIR) + "/client/examples/tiny.yaml");

@@ -1,0 +1,103 @@
+// DocumentEncoder: see document_encoder.h.
+#include "runtime/data/document_encoder.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/data/token_source.h"
+
+namespace slidedp {
+namespace {
+
+constexpr int kEncoderVersion = 1;  // bump when the rendering or the flags change
+
+// Appends `ids` with the same flag byte.
+void Append(absl::Span<const int32_t> ids, uint8_t flag, std::vector<int32_t>* out_ids,
+            std::vector<uint8_t>* out_flags) {
+  out_ids->insert(out_ids->end(), ids.begin(), ids.end());
+  out_flags->insert(out_flags->end(), ids.size(), flag);
+}
+
+// Tokenizes `text` (no template) and appends it with `flag`.
+void AppendText(const Tokenizer& tokenizer, absl::string_view text, bool add_special, uint8_t flag,
+                std::vector<int32_t>* ids, std::vector<uint8_t>* flags, BpeCache* cache) {
+  const size_t before = ids->size();
+  tokenizer.Encode(text, add_special, ids, cache);
+  flags->insert(flags->end(), ids->size() - before, flag);
+}
+
+}  // namespace
+
+absl::StatusOr<DocumentEncoder> DocumentEncoder::Create(const Tokenizer& tokenizer,
+                                                        TextFormat format, ModelFamily family) {
+  DocumentEncoder e;
+  e.tokenizer_ = &tokenizer;
+  e.format_ = format;
+  e.style_ = family == ModelFamily::kLlama ? Style::kLlama3 : Style::kChatMl;
+  const bool llama = e.style_ == Style::kLlama3;
+  absl::Status missing;
+  auto special = [&](const char* token) -> int32_t {
+    std::optional<int32_t> id = tokenizer.TokenId(token);
+    if (!id && missing.ok()) {
+      missing = absl::FailedPreconditionError(absl::StrCat(
+          "tokenizer ", tokenizer.source(), " has no ", token, " token, which data.format ",
+          TextFormatName(format), " needs for a ", std::string(FamilyName(family)), " model"));
+    }
+    return id.value_or(-1);
+  };
+  e.document_end_ = special(llama ? "<|end_of_text|>" : "<|endoftext|>");
+  if (format == TextFormat::kChat) {
+    e.turn_end_ = special(llama ? "<|eot_id|>" : "<|im_end|>");
+    for (int r = 0; r < kChatRoles; ++r) {
+      const std::string role(ChatRoleName(static_cast<ChatRole>(r)));
+      std::vector<int32_t>& header = e.headers_[r];
+      if (llama) {
+        header.push_back(special("<|start_header_id|>"));
+        tokenizer.Encode(role, false, &header);
+        header.push_back(special("<|end_header_id|>"));
+        tokenizer.Encode("\n\n", false, &header);
+      } else {
+        header.push_back(special("<|im_start|>"));
+        tokenizer.Encode(role + "\n", false, &header);
+      }
+    }
+    if (llama) e.chat_begin_.push_back(special("<|begin_of_text|>"));
+    if (!llama) tokenizer.Encode("\n", false, &e.after_turn_);
+  }
+  if (!missing.ok()) return missing;
+  return e;
+}
+
+void DocumentEncoder::Encode(const TextRecord& record, std::vector<int32_t>* ids,
+                             std::vector<uint8_t>* flags, BpeCache* cache) const {
+  const size_t start = ids->size();
+  uint8_t end_flag = kTokenLoss;
+  switch (format_) {
+    case TextFormat::kText:
+      AppendText(*tokenizer_, record.text, true, kTokenLoss, ids, flags, cache);
+      break;
+    case TextFormat::kPromptCompletion:
+      AppendText(*tokenizer_, record.prompt, true, 0, ids, flags, cache);
+      AppendText(*tokenizer_, record.completion, false, kTokenLoss, ids, flags, cache);
+      break;
+    case TextFormat::kChat:
+      Append(chat_begin_, 0, ids, flags);
+      for (const ChatMessage& m : record.messages) {
+        const uint8_t loss = m.role == ChatRole::kAssistant ? kTokenLoss : 0;
+        Append(headers_[static_cast<int>(m.role)], 0, ids, flags);
+        AppendText(*tokenizer_, m.content, false, loss, ids, flags, cache);
+        Append({turn_end_}, loss, ids, flags);
+        Append(after_turn_, 0, ids, flags);
+      }
+      end_flag = 0;
+      break;
+  }
+  Append({document_end_}, end_flag, ids, flags);
+  (*flags)[start] |= kTokenDocumentStart;
+}
+
+std::string DocumentEncoder::Settings() const {
+  return absl::StrCat("format=", TextFormatName(format_),
+                      " style=", style_ == Style::kLlama3 ? "llama3" : "chatml",
+                      " end=", tokenizer_->Decode({document_end_}), " encoder=", kEncoderVersion);
+}
+
+}  // namespace slidedp
