@@ -85,6 +85,9 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (options.state_dir.empty()) return absl::InvalidArgumentError("--state_dir is required");
   if (!options.trainer_factory) return absl::InvalidArgumentError("Daemon: no trainer factory");
+  if (options.rpc_nice < 0 || options.rpc_nice > 19) {
+    return absl::InvalidArgumentError(absl::StrCat("--rpc_nice=", options.rpc_nice, ": not in 0..19"));
+  }
   const bool tls = !options.tls_cert_file.empty();
   if (absl::Status s = CheckExposure(options, tls); !s.ok()) return s;
   std::error_code ec;
@@ -140,7 +143,7 @@ absl::Status Daemon::StartGrpc(const DaemonOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
   service_ = std::make_unique<TrainingServiceImpl>(
-      ServiceOptions{jobs_.get(), paths_.get(), token, options.version});
+      ServiceOptions{jobs_.get(), paths_.get(), token, options.version, options.rpc_nice});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -36,6 +36,7 @@ struct DaemonOptions {
   std::string ready_file;                  // JSON with the bound addresses, once serving
   TrainerFactory trainer_factory;          // required
   std::string version;
+  int rpc_nice = 10;                       // see ServiceOptions::rpc_nice
 };
 
 class Daemon {

@@ -1,5 +1,6 @@
 // TrainingServiceImpl: validate, translate, call the JobManager, return. Any gRPC thread.
 #include "server/service.h"
+#include "server/thread_priority.h"
 
 #include <unistd.h>
 
@@ -76,6 +77,8 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
 }
 
 absl::Status TrainingServiceImpl::CheckAuth(const grpc::CallbackServerContext& context) const {
+  // Every handler starts here, on one of gRPC's threads: serving yields to training.
+  LowerCallingThreadPriority(options_.rpc_nice);
   if (options_.bearer_token.empty()) return absl::OkStatus();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");

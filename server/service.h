@@ -18,6 +18,7 @@ struct ServiceOptions {
   const PathPolicy* paths = nullptr;   // required; outlives the service
   std::string bearer_token;            // empty: no token required
   std::string version;
+  int rpc_nice = 0;  // nice added to each gRPC thread that runs a handler (thread_priority.h)
 };
 
 class TrainingServiceImpl final : public v1::TrainingService::CallbackService {

@@ -45,6 +45,9 @@ ABSL_FLAG(bool, allow_insecure_remote, false,
 ABSL_FLAG(double, peak_flops_per_worker, 0,
           "Peak dense FLOP/s of one worker for slidedp_mfu_ratio (0: 989.4e12, H100/H200 "
           "BF16, on cuda; not reported on cpu)");
+ABSL_FLAG(int, rpc_nice, 10,
+          "Nice value added to the gRPC threads that serve calls (0..19; 0: none), so that "
+          "client load takes idle CPU rather than the training job's");
 ABSL_FLAG(std::string, ready_file, "",
           "Once serving, write {\"listen\": ..., \"metrics_listen\": ..., \"pid\": ...} with the "
           "bound addresses to this file (for scripts and tests using port 0)");
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
   options.token_file = absl::GetFlag(FLAGS_token_file);
   options.allow_insecure_remote = absl::GetFlag(FLAGS_allow_insecure_remote);
   options.peak_flops_per_worker = absl::GetFlag(FLAGS_peak_flops_per_worker);
+  options.rpc_nice = absl::GetFlag(FLAGS_rpc_nice);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   options.version = SLIDEDP_VERSION;
   options.trainer_factory = [](const slidedp::TrainConfig& config) {

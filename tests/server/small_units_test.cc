@@ -4,12 +4,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "server/grpc_status.h"
 #include "server/listen_address.h"
 #include "server/proc_stats.h"
 #include "server/service.h"
+#include "server/thread_priority.h"
 #include "tests/server/test_util.h"
 
 namespace slidedp::server {
@@ -105,6 +108,35 @@ TEST(ProcStatsTest, ReadsMeminfoAndNvidiaGpus) {
   EXPECT_EQ(gpus[0].name, "NVIDIA H200");
   EXPECT_EQ(gpus[0].bus_id, "0000:1b:00.0");
   EXPECT_TRUE(ReadNvidiaGpus(dir.Join("none")).empty());
+}
+
+}  // namespace
+}  // namespace slidedp::server
+
+namespace slidedp::server {
+namespace {
+
+TEST(ThreadPriorityTest, RaisesTheCallingThreadsNiceOnceAndNoOtherThreads) {
+  const int main_nice = CallingThreadNice();
+  int before = 0, after_first = 0, after_second = 0, zero_before = 0, zero_after = 0;
+  std::thread t([&] {
+    before = CallingThreadNice();
+    LowerCallingThreadPriority(5);
+    after_first = CallingThreadNice();
+    LowerCallingThreadPriority(5);  // once a thread
+    after_second = CallingThreadNice();
+  });
+  t.join();
+  std::thread z([&] {
+    zero_before = CallingThreadNice();
+    LowerCallingThreadPriority(0);
+    zero_after = CallingThreadNice();
+  });
+  z.join();
+  EXPECT_EQ(after_first, std::min(19, before + 5));
+  EXPECT_EQ(after_second, after_first);
+  EXPECT_EQ(zero_after, zero_before);
+  EXPECT_EQ(CallingThreadNice(), main_nice) << "other threads keep their priority";
 }
 
 }  // namespace
