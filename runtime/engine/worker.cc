@@ -2,7 +2,7 @@
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
 #include "runtime/engine/fault_injection.h"
-#include "runtime/model/tiled_mlp.h"
+#include "runtime/engine/activation_policy.h"
 
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -40,16 +40,10 @@ std::string UnitName(int u, int units) {
   return absl::StrCat("block ", u - 1);
 }
 
-// Activation placement: "host" and "device" as asked; "auto" offloads when the layer
-// inputs one step keeps (every block's input for every micro-batch) would take more
-// than 40% of the device's memory. The CPU device never offloads.
-bool OffloadInputs(const TrainConfig& config, const HostState& state, DeviceStreams* streams) {
-  if (config.policy.activations != "auto") return config.policy.activations == "host";
-  const ModelConfig& m = state.config();
-  const int64_t kept = m.num_layers * config.grad_accum * config.micro_batch_size * config.seq_len *
-                       m.hidden_size * static_cast<int64_t>(at::elementSize(state.compute_dtype()));
-  const int64_t total = streams->MemoryTotal();
-  return total > 0 && kept > total / 10 * 4;
+// Activation placement and MLP tiles for this worker's device (activation_policy.h).
+ActivationPlan Activations(const TrainConfig& config, const HostState& state, DeviceStreams* streams) {
+  return ChooseActivations(config, state.config(), static_cast<int64_t>(at::elementSize(state.compute_dtype())),
+                           streams->MemoryTotal());
 }
 
 absl::Status FromException(const std::exception& e) {
@@ -86,11 +80,8 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       device_(device),
       param_route_(*ParseParamRoute(config.policy.param_route)),
       grad_route_(*ParseGradRoute(config.policy.grad_route)),
-      offload_inputs_(OffloadInputs(config, *state, streams.get())),
-      mlp_tile_(config.policy.mlp_tile_tokens > 0
-                    ? config.policy.mlp_tile_tokens
-                    : AutoMlpTile(config.micro_batch_size, config.seq_len, state->config().intermediate_size,
-                                  at::elementSize(state->compute_dtype()))),
+      offload_inputs_(Activations(config, *state, streams.get()).offload_inputs),
+      mlp_tile_(Activations(config, *state, streams.get()).mlp_tile),
       rope_(MakeRope(state->config(), config.seq_len, device)),
       streams_(std::move(streams)),
       trace_(trace),

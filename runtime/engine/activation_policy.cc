@@ -1,0 +1,31 @@
+// ActivationPolicy: see activation_policy.h.
+#include "runtime/engine/activation_policy.h"
+
+#include <algorithm>
+
+#include "runtime/model/tiled_mlp.h"
+
+namespace slidedp {
+
+ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& model, int64_t element_bytes,
+                                 int64_t device_memory) {
+  const int64_t budget = config.policy.gpu_memory_budget_bytes;
+  const int64_t usable = budget > 0 && device_memory > 0 ? std::min(budget, device_memory) : device_memory;
+  ActivationPlan plan;
+  if (config.policy.activations == "auto") {
+    const int64_t kept = model.num_layers * config.grad_accum * config.micro_batch_size * config.seq_len *
+                         model.hidden_size * element_bytes;
+    plan.offload_inputs = usable > 0 && kept > usable / 10 * 4;
+  } else {
+    plan.offload_inputs = config.policy.activations == "host";
+  }
+  int64_t tile_budget = int64_t{1} << 30;
+  if (budget > 0) tile_budget = std::min(tile_budget, budget / 32);
+  plan.mlp_tile = config.policy.mlp_tile_tokens > 0
+                      ? config.policy.mlp_tile_tokens
+                      : AutoMlpTile(config.micro_batch_size, config.seq_len, model.intermediate_size, element_bytes,
+                                    tile_budget);
+  return plan;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,28 @@
+// ActivationPolicy: where a step's layer inputs wait for backward and how long the MLP's
+// sequence tiles are, from the job's fields and the device's memory. The job's explicit
+// choices win; "auto" decides against policy.gpu_memory_budget_bytes when set (capped by
+// the device), else the device's memory. Pure function; called when a worker is built.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/model/model_config.h"
+#include "runtime/train_config.h"
+
+namespace slidedp {
+
+struct ActivationPlan {
+  bool offload_inputs = false;  // layer inputs in pinned host memory between forward and backward
+  int64_t mlp_tile = 0;         // sequence positions per MLP tile (>= seq_len: whole)
+};
+
+// `element_bytes`: of the compute dtype. `device_memory`: the device's total bytes, 0 on
+// the CPU device (which never offloads: its "device" memory is host memory).
+//  - activations "auto": offload when one step's layer inputs (layers x sequences x
+//    positions x hidden) would take more than 40% of the memory they may use.
+//  - mlp_tile_tokens 0: AutoMlpTile with one intermediate under 1 GiB, and under 1/32 of
+//    the budget when one is set.
+ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& model, int64_t element_bytes,
+                                 int64_t device_memory);
+
+}  // namespace slidedp

@@ -1,0 +1,68 @@
+// ChooseActivations: the placement of layer inputs and the MLP tile for the shapes and
+// memory of the H200 runs (143771 MiB), with and without policy.gpu_memory_budget_bytes.
+#include "runtime/engine/activation_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace slidedp {
+namespace {
+
+constexpr int64_t kH200 = int64_t{143771} << 20;
+
+ModelConfig Shape(int64_t layers, int64_t hidden, int64_t ffn) {
+  ModelConfig m;
+  m.num_layers = layers;
+  m.hidden_size = hidden;
+  m.intermediate_size = ffn;
+  return m;
+}
+
+TrainConfig Job(int64_t seq_len, int64_t micro_batch, int64_t accum) {
+  TrainConfig c;
+  c.seq_len = seq_len;
+  c.micro_batch_size = micro_batch;
+  c.grad_accum = accum;
+  c.policy.activations = "auto";
+  return c;
+}
+
+const ModelConfig k3B = Shape(36, 2048, 11008);
+const ModelConfig k7B = Shape(28, 3584, 18944);
+
+TEST(ActivationPolicy, ShortSequencesKeepInputsOnTheGpuAndTheMlpWhole) {
+  const ActivationPlan p = ChooseActivations(Job(4096, 1, 4), k3B, 2, kH200);  // 2.4 GB of inputs
+  EXPECT_FALSE(p.offload_inputs);
+  EXPECT_EQ(p.mlp_tile, 4096);
+}
+
+TEST(ActivationPolicy, LongSequencesTileTheMlpAndOffloadWhenTheBudgetIsSmall) {
+  // 7B at 256K: 52.6 GB of layer inputs, under 40% of the H200 (60.3 GB): they stay.
+  const ActivationPlan on_gpu = ChooseActivations(Job(262144, 1, 1), k7B, 2, kH200);
+  EXPECT_FALSE(on_gpu.offload_inputs);
+  EXPECT_LT(on_gpu.mlp_tile, 262144);
+  EXPECT_LE(on_gpu.mlp_tile * 18944 * 2, int64_t{1} << 30) << "one [tile, FFN] intermediate under 1 GiB";
+  // A budget of 80 GB caps what they may take (32 GB): to host.
+  TrainConfig capped = Job(262144, 1, 1);
+  capped.policy.gpu_memory_budget_bytes = 80'000'000'000;
+  EXPECT_TRUE(ChooseActivations(capped, k7B, 2, kH200).offload_inputs);
+  // A small budget shrinks the tile too (1/32 of it per intermediate).
+  capped.policy.gpu_memory_budget_bytes = int64_t{8} << 30;
+  const ActivationPlan small = ChooseActivations(capped, k7B, 2, kH200);
+  EXPECT_LE(small.mlp_tile * 18944 * 2, (int64_t{8} << 30) / 32);
+  EXPECT_LT(small.mlp_tile, on_gpu.mlp_tile);
+}
+
+TEST(ActivationPolicy, TheJobsChoicesWinAndTheCpuDeviceNeverOffloadsByItself) {
+  TrainConfig c = Job(262144, 1, 1);
+  EXPECT_FALSE(ChooseActivations(c, k7B, 4, /*device_memory=*/0).offload_inputs);
+  c.policy.activations = "host";
+  c.policy.mlp_tile_tokens = 1000;
+  const ActivationPlan p = ChooseActivations(c, k3B, 2, kH200);
+  EXPECT_TRUE(p.offload_inputs);
+  EXPECT_EQ(p.mlp_tile, 1000);
+  c.policy.activations = "device";
+  EXPECT_FALSE(ChooseActivations(c, k7B, 2, kH200).offload_inputs);
+}
+
+}  // namespace
+}  // namespace slidedp
