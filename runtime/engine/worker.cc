@@ -2,7 +2,6 @@
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
 #include "runtime/engine/fault_injection.h"
-#include "runtime/engine/activation_policy.h"
 
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -80,8 +79,7 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       device_(device),
       param_route_(*ParseParamRoute(config.policy.param_route)),
       grad_route_(*ParseGradRoute(config.policy.grad_route)),
-      offload_inputs_(Activations(config, *state, streams.get()).offload_inputs),
-      mlp_tile_(Activations(config, *state, streams.get()).mlp_tile),
+      activations_(Activations(config, *state, streams.get())),
       rope_(MakeRope(state->config(), config.seq_len, device)),
       streams_(std::move(streams)),
       trace_(trace),
@@ -217,7 +215,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     for (size_t mb = 0; mb < MB; ++mb) {
       at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
       inputs.xs[mb] = at::Tensor();
-      at::Tensor y = BlockForward(cfg, p, x, in.layouts[mb], mlp_tile_);
+      at::Tensor y = BlockForward(cfg, p, x, in.layouts[mb], activations_.mlp_tile);
       y.backward(grad_h[mb]);
       grad_h[mb] = x.grad();
       for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
@@ -295,7 +293,7 @@ std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, std
   for (int u = 1; u < head; ++u) {
     const BlockParams p = ViewBlock(layout.units[u], Acquire(item));
     if (saved != nullptr) (*saved)[u] = Offload(u, h, r);
-    for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], mlp_tile_);
+    for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], activations_.mlp_tile);
     Release(item++);
     FetchNext(step, r);
   }
@@ -394,7 +392,7 @@ void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult&
 }
 
 Worker::SavedInputs Worker::Offload(int u, std::vector<at::Tensor> xs, WorkerStepResult& r) {
-  if (!offload_inputs_) return {std::move(xs), Event()};
+  if (!activations_.offload_inputs) return {std::move(xs), Event()};
   const bool cuda = device_.is_cuda();
   // The copies start once the compute stream has produced the inputs.
   streams_->Wait(StreamKind::kD2H, streams_->Record(StreamKind::kCompute));
@@ -416,7 +414,7 @@ Worker::SavedInputs Worker::Offload(int u, std::vector<at::Tensor> xs, WorkerSte
 }
 
 Worker::SavedInputs Worker::Restore(int u, SavedInputs saved, WorkerStepResult& r) {
-  if (!offload_inputs_) return saved;
+  if (!activations_.offload_inputs) return saved;
   const bool cuda = device_.is_cuda();
   streams_->Wait(StreamKind::kH2D, saved.ready);
   const Event begin = trace_ != nullptr ? streams_->Record(StreamKind::kH2D) : Event();

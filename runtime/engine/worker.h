@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/engine/activation_policy.h"
 #include "runtime/engine/device_streams.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/serial_executor.h"
@@ -135,8 +136,8 @@ class Worker {
   const at::Device device_;
   const ParamRoute param_route_;
   const GradRoute grad_route_;
-  const bool offload_inputs_;  // policy.activations: "host", or "auto" and too large for the GPU
-  const int64_t mlp_tile_;     // sequence positions per MLP tile (policy.mlp_tile_tokens or auto)
+  // Layer inputs to host memory or not, and the MLP's sequence tile (activation_policy.h).
+  const ActivationPlan activations_;
   RopeTables rope_;
   std::unique_ptr<DeviceStreams> streams_;
   StepTrace* const trace_;
