@@ -3,10 +3,13 @@
 // document run alone (fp32, 1e-5 relative), for Llama (llama3 RoPE scaling, biases),
 // Qwen2 (q/k/v biases, tied embeddings) and Qwen3 (q/k norms) shapes. A document at
 // positions that do not start at 0 (RoPE being relative) gives the same as at 0, and
-// without positions the packed row does not (the check can fail).
+// without positions the packed row does not (the check can fail). The same on a CUDA
+// device where there is one (SDPA's fused kernels, one call per document; fp32 within
+// 1e-4: the kernels differ by document length, so the sums' order does too).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 #include "runtime/data/dataset.h"
@@ -17,7 +20,8 @@
 namespace slidedp {
 namespace {
 
-constexpr double kTolerance = 1e-5;
+constexpr double kCpuTolerance = 1e-5;
+constexpr double kCudaTolerance = 1e-4;
 
 ModelConfig Shape(ModelFamily family) {
   ModelConfig c;
@@ -54,14 +58,14 @@ double RelErr(const at::Tensor& got, const at::Tensor& want) {
 }
 
 // The model's flat parameters as fresh leaves (seeded weights, non-trivial norms).
-std::vector<at::Tensor> Leaves(const HostState& state) {
+std::vector<at::Tensor> Leaves(const HostState& state, at::Device device) {
   std::vector<at::Tensor> flats;
   for (int u = 0; u < state.num_units(); ++u) {
     at::Tensor f = state.unit(u).master.clone();
     for (const ParamSpec& p : state.layout().units[u].params) {
       if (p.shape.size() == 1) f.narrow(0, p.offset, p.numel).add_(at::linspace(-0.2, 0.2, p.numel));
     }
-    flats.push_back(f.requires_grad_(true));
+    flats.push_back(f.to(device).requires_grad_(true));
   }
   return flats;
 }
@@ -94,23 +98,31 @@ at::Tensor LossSum(const ModelConfig& c, const at::Tensor& logits, const at::Ten
                                 at::Reduction::Sum, kIgnoreIndex);
 }
 
-class DocumentMask : public ::testing::TestWithParam<ModelFamily> {};
+// (family, on a CUDA device)
+class DocumentMask : public ::testing::TestWithParam<std::tuple<ModelFamily, bool>> {};
 
 TEST_P(DocumentMask, PackedDocumentsEqualEachDocumentAlone) {
-  const ModelConfig c = Shape(GetParam());
+  const auto [family, cuda] = GetParam();
+  if (cuda && !at::hasCUDA()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  const double kTolerance = cuda ? kCudaTolerance : kCpuTolerance;
+  const ModelConfig c = Shape(family);
   HostState state(c, at::kFloat, 0, false);
   state.InitRandom(5);
   const ModelLayout& layout = state.layout();
-  const Packed p = MakePacked(c.vocab_size);
+  Packed p = MakePacked(c.vocab_size);
+  p.ids = p.ids.to(device);
+  p.targets = p.targets.to(device);
 
-  // Packed: both rows in one forward with positions.
-  std::vector<at::Tensor> packed = Leaves(state);
+  // Packed: both rows in one forward with positions (CPU: the model moves them).
+  std::vector<at::Tensor> packed = Leaves(state, device);
   const at::Tensor logits = FullModelLogits(c, layout, packed, p.ids, p.positions);
+  ASSERT_EQ(logits.device(), device);
   const at::Tensor loss = LossSum(c, logits, p.targets);
   loss.backward();
 
   // Alone: each document of row 0 and row 1's document, from position 0.
-  std::vector<at::Tensor> alone = Leaves(state);
+  std::vector<at::Tensor> alone = Leaves(state, device);
   double alone_loss = 0;
   auto run_alone = [&](int64_t row, int64_t start, int64_t len) {
     const at::Tensor ids = p.ids[row].narrow(0, start, len).unsqueeze(0);
@@ -140,7 +152,13 @@ TEST_P(DocumentMask, PackedDocumentsEqualEachDocumentAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DocumentMask,
-                         ::testing::Values(ModelFamily::kLlama, ModelFamily::kQwen2, ModelFamily::kQwen3));
+                         ::testing::Combine(::testing::Values(ModelFamily::kLlama, ModelFamily::kQwen2,
+                                                              ModelFamily::kQwen3),
+                                            ::testing::Values(false)));
+INSTANTIATE_TEST_SUITE_P(CudaFamilies, DocumentMask,
+                         ::testing::Combine(::testing::Values(ModelFamily::kLlama, ModelFamily::kQwen2,
+                                                              ModelFamily::kQwen3),
+                                            ::testing::Values(true)));
 
 TEST(DocumentLayoutTest, StartsAtZerosAndRowStartsAndGathersTheTables) {
   ModelConfig c = Shape(ModelFamily::kQwen3);

@@ -6,7 +6,9 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 (then, by name: long128k bench64 bench7b32 bench7b plain fsdp2 export alltests).
+# long32k bench16 (then, by name: long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
+# issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
+# plan3b8 plan3b16 plan7b1 plan7b2 plan7b4).
 cd "$(dirname "$0")/../.."
 START=$(date +%s); DEADLINE=$((START + ${BUDGET:-560}))
 OUT=${OUT:-/tmp/h200_session}; R=$OUT/r; mkdir -p "$R"
@@ -30,7 +32,7 @@ B=build-gpu/tests/bench
 SB="$B/step_bench --model=qwen2.5-3b --steps=4 --prefetch=2"
 for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k bench16}; do
   case $s in
-    build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench}" \
+    build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench plan_bench}" \
              step build 330 deploy/gpu-host-build.sh --runtime-only build-gpu || { tail -60 "$R/build.log"; exit 1; } ;;
     cudatests) TAILN=40 step cudatests 150 build-gpu/tests/slidedp_runtime_tests \
              --gtest_filter='*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*:*Tiled*:EngineExactness*' ;;
@@ -49,6 +51,24 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              --micro_batch_size=1 --grad_accum=1 --activations=host --loss_chunk=4096 ;;
     long128k) TAILN=8 step long128k 150 $B/step_bench --model=qwen2.5-3b --steps=2 --prefetch=2 --seq_len=131072 \
              --micro_batch_size=1 --grad_accum=1 --loss_chunk=4096 ;;
+    long64k) TAILN=8 step long64k 120 $B/step_bench --model=qwen2.5-3b --steps=2 --prefetch=2 --seq_len=65536 \
+             --micro_batch_size=1 --grad_accum=1 --loss_chunk=4096 ;;
+    long256k) TAILN=8 step long256k 260 $B/step_bench --model=qwen2.5-3b --steps=1 --prefetch=2 --seq_len=262144 \
+             --micro_batch_size=1 --grad_accum=1 --loss_chunk=4096 ;;
+    long256k7b) TAILN=8 step long256k7b 420 $B/step_bench --model=qwen2.5-7b --steps=1 --prefetch=2 --seq_len=262144 \
+             --micro_batch_size=1 --grad_accum=1 --loss_chunk=4096 ;;
+    long32kauto) TAILN=8 step long32kauto 100 $B/step_bench --model=qwen2.5-3b --steps=3 --prefetch=2 --seq_len=32768 \
+             --micro_batch_size=1 --grad_accum=1 --loss_chunk=4096 ;;
+    bench8) TAILN=8 step bench8 100 $SB --micro_batch_size=4 --grad_accum=2 --steps=3 ;;
+    plainlong) TAILN=12 step plainlong 200 bash -c '
+           for s in 16384 32768 65536 131072; do
+             o=$(python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 1 --seq $s --steps 2 2>&1)
+             echo "$o" | tail -3; echo "$o" | grep -q "RESULT.*s/step" || break
+           done' ;;
+    plan3b4|plan3b8|plan3b16|plan7b1|plan7b2|plan7b4)
+             m=qwen2.5-${s:4:2}; b=${s:6}
+             TAILN=40 step $s 300 $B/plan_bench --model=$m --device=cuda --seq_len=4096 --batch=$b --steps=2 \
+             --prefetch=${PLAN_PREFETCH:-1,2} --activations=${PLAN_ACTIVATIONS:-device,host} ;;
     bench64) TAILN=8 step bench64 120 $SB --micro_batch_size=4 --grad_accum=16 --steps=3 ;;
     bench7b32) TAILN=8 step bench7b32 200 $B/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=8 --steps=3 --prefetch=2 ;;
     bench16) TAILN=8 step bench16 150 $SB --micro_batch_size=4 --grad_accum=4 ;;

@@ -3,9 +3,11 @@
 // Usage: step_bench [--model=qwen2.5-3b] [--device=cuda] [--workers=1] [--seq_len=4096]
 //                   [--micro_batch_size=1] [--grad_accum=4] [--steps=4] [--loss_chunk=4096]
 //                   [--prefetch=1] [--grad_landing=auto] [--activations=auto|device|host] [--mlp_tile=0] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
-// Prints every step, then the mean of the steps after the first: s/step, tokens/s,
+// Prints every step, then the mean of the steps after the first (with --steps=1, of the
+// first, warm-up included, for runs too long to repeat): s/step, tokens/s,
 // model FLOPs utilization (6 x params x tokens + attention, over 790 TFLOP/s), PCIe
 // bytes per step against the minimum (2 bytes a parameter each way), peak RSS.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -66,7 +68,7 @@ int Main(int argc, char** argv) {
                 st->forward_seconds, st->backward_seconds, st->update_wait_seconds, st->update_busy_seconds,
                 st->h2d_bytes / 1e9, st->d2h_bytes / 1e9);
     std::fflush(stdout);
-    if (s > 0) {
+    if (s > 0 || c.steps == 1) {
       sum_t += st->step_seconds;
       sum_tok += static_cast<double>(st->tokens);
       h2d = st->h2d_bytes;
@@ -76,13 +78,13 @@ int Main(int argc, char** argv) {
       if (s == 0 || st->workers[w].memory_peak_bytes > gpu_peak) gpu_peak = st->workers[w].memory_peak_bytes;
     }
   }
-  if (c.steps > 1) {
-    const double n = static_cast<double>(c.steps - 1), t = sum_t / n, tok = sum_tok / n;
+  {
+    const double n = static_cast<double>(std::max<int64_t>(1, c.steps - 1)), t = sum_t / n, tok = sum_tok / n;
     // Attention: 12 x layers x hidden(q) x seq per token (fwd+bwd, causal halves 4x), as in MFU papers.
     const double attn = 6.0 * m.num_layers * m.num_heads * m.head_dim * c.seq_len * tok;
     const double flops = 6.0 * params * tok + attn;
-    std::printf("mean of %d steps: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB\n",
-                static_cast<int>(n), t, tok / t, 100.0 * flops / t / 790e12, h2d / 1e9, d2h / 1e9,
+    std::printf("mean of %d step%s: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB\n",
+                static_cast<int>(n), c.steps == 1 ? " (the first)" : "s", t, tok / t, 100.0 * flops / t / 790e12, h2d / 1e9, d2h / 1e9,
                 2.0 * params / 1e9, PeakRssGiB(), gpu_peak / double(1 << 30));
   }
   return 0;

@@ -32,8 +32,8 @@ SHAPES = {
 }
 
 
-def build(shape, dtype, device):
-    cfg = transformers.Qwen2Config(**SHAPES[shape], max_position_embeddings=32768,
+def build(shape, dtype, device, seq):
+    cfg = transformers.Qwen2Config(**SHAPES[shape], max_position_embeddings=max(32768, seq + 1),
                                    rope_theta=1000000.0, rms_norm_eps=1e-6, use_cache=False)
     with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
@@ -53,7 +53,7 @@ def run(args):
     torch.manual_seed(0)
     dev = torch.device("cuda")
     if args.mode == "plain":
-        cfg, model = build(args.shape, torch.float32, dev)
+        cfg, model = build(args.shape, torch.float32, dev, args.seq)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), fused=True)
         autocast = True
     else:
@@ -62,7 +62,7 @@ def run(args):
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")
         dist.init_process_group("nccl", rank=0, world_size=1)
-        cfg, model = build(args.shape, torch.float32, torch.device("meta"))
+        cfg, model = build(args.shape, torch.float32, torch.device("meta"), args.seq)
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         off = CPUOffloadPolicy(pin_memory=True)
         for layer in model.model.layers:
