@@ -2,6 +2,7 @@
 #include "runtime/plan/calibration.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -119,7 +120,7 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
   GpuTimes t;
   const double tokens = static_cast<double>(batch * seq);
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const BlockParams p = ViewBlock(block, flat);
     t.forward_s = BestSeconds(2, [&] { Sync(BlockForward(model, p, x, rope)); }) / tokens;
   }
