@@ -35,7 +35,7 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench plan_bench}" \
              step build 330 deploy/gpu-host-build.sh --runtime-only build-gpu || { tail -60 "$R/build.log"; exit 1; } ;;
     cudatests) TAILN=40 step cudatests 150 build-gpu/tests/slidedp_runtime_tests \
-             --gtest_filter='*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*:*Tiled*:EngineExactness*' ;;
+             --gtest_filter="${FILTER:-*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*:*Tiled*:EngineExactness*}" ;;
     tok) TAILN=8 step tok 90 bash -c '
            set -e; c=/tmp/tok_corpus.jsonl
            python3 tests/bench/tokenize_baseline.py make-corpus $c --mb 16
