@@ -1,8 +1,11 @@
 // ChooseActivations: the placement of layer inputs and the MLP tile for the shapes and
-// memory of the H200 runs (143771 MiB), with and without policy.gpu_memory_budget_bytes.
+// memory of the H200 runs (143771 MiB), with and without policy.gpu_memory_budget_bytes;
+// and the step-time model's copy of the tile choice (MlpTile) against it.
 #include "runtime/engine/activation_policy.h"
 
 #include <gtest/gtest.h>
+
+#include "runtime/plan/step_model.h"
 
 namespace slidedp {
 namespace {
@@ -62,6 +65,29 @@ TEST(ActivationPolicy, TheJobsChoicesWinAndTheCpuDeviceNeverOffloadsByItself) {
   EXPECT_EQ(p.mlp_tile, 1000);
   c.policy.activations = "device";
   EXPECT_FALSE(ChooseActivations(c, k7B, 2, kH200).offload_inputs);
+}
+
+TEST(ActivationPolicy, TheStepModelPredictsTheSameMlpTile) {
+  for (const ModelConfig& m : {k3B, k7B}) {
+    ModelShape shape;
+    shape.ffn = m.intermediate_size;
+    for (int64_t seq : {4096, 32768, 262144}) {
+      for (int64_t mbs : {1, 4, 16}) {
+        for (int64_t budget : {int64_t{0}, int64_t{80} << 30, int64_t{8} << 30}) {
+          TrainConfig c = Job(seq, mbs, 1);
+          c.policy.gpu_memory_budget_bytes = budget;
+          JobShape job;
+          job.seq_len = seq;
+          job.param_bytes = 2;
+          PlanKnobs k;
+          k.micro_batch_size = mbs;
+          k.policy = c.policy;
+          EXPECT_EQ(MlpTile(shape, job, k), ChooseActivations(c, m, 2, kH200).mlp_tile)
+              << "ffn " << m.intermediate_size << " seq " << seq << " mbs " << mbs << " budget " << budget;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

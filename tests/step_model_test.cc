@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "runtime/model/model_config.h"
 #include "runtime/plan/policy.h"
@@ -149,11 +152,10 @@ TEST(StepModel, MemoryGrowsWithTheKnobs) {
   EXPECT_LT(EstimateMemory(s, Job(), small).total, base);
 }
 
-// The H200 figures of tests/bench/RESULTS.md against the model with DefaultRates (the
-// GPU_HOST.md copy rates, the 3.6 G params/s AdamW of the traced step, GPU times fitted
-// to the trace): predicted 2.120 s for 2.023 (+4.8%), 1.526 for 1.507 (+1.2%), 4.452
-// for 4.443 (+0.2%), 9.036 for 8.577 (+5.3%); GPU memory 15.3 GiB for 16.7, 22.4 for
-// 23.6, 38.2 for 35.5 (the model leaves out the allocator's slack).
+// The step_bench figures of tests/bench/RESULTS.md (H200 host, 2026-12-03, prefetch 2)
+// against the model with DefaultRates: within 6% each (1.789 s for 1.764, 1.232 for
+// 1.301 without clipping, 2.504 for 2.459, 4.073 for 4.222, 15.46 for 15.59, 7B 14.56
+// for 15.25).
 TEST(StepModel, MatchesTheH200Results) {
   struct Run {
     const char* model;
@@ -162,10 +164,9 @@ TEST(StepModel, MatchesTheH200Results) {
     double seconds, peak_gib;
   };
   const Run runs[] = {
-      {"qwen2.5-3b", 4, 4, 1, true, 2.023, 16.7},
-      {"qwen2.5-3b", 4, 4, 1, false, 1.507, 16.7},
-      {"qwen2.5-3b", 16, 4, 4, true, 4.443, 23.6},
-      {"qwen2.5-7b", 16, 4, 4, true, 8.577, 35.5},
+      {"qwen2.5-3b", 4, 1, 4, true, 1.764, 16.7},   {"qwen2.5-3b", 4, 1, 4, false, 1.301, 16.7},
+      {"qwen2.5-3b", 8, 4, 2, true, 2.459, 19.0},   {"qwen2.5-3b", 16, 4, 4, true, 4.222, 23.6},
+      {"qwen2.5-3b", 64, 4, 16, true, 15.588, 51.4}, {"qwen2.5-7b", 32, 4, 8, true, 15.247, 48.1},
   };
   for (const Run& run : runs) {
     const ModelShape shape = ShapeOf(*PresetConfig(run.model));
@@ -173,11 +174,19 @@ TEST(StepModel, MatchesTheH200Results) {
     job.sequences = run.sequences;
     job.seq_len = 4096;
     job.clip = run.clip;
-    const StepPrediction p = PredictStep(shape, job, Knobs(run.mbs, run.accum, 2), DefaultRates(shape, job));
+    PlanKnobs k = Knobs(run.mbs, run.accum, 2);
+    k.policy.loss_chunk_tokens = 4096;  // step_bench's
+    const StepPrediction p = PredictStep(shape, job, k, DefaultRates(shape, job));
     SCOPED_TRACE(::testing::Message() << run.model << " " << run.sequences << " clip " << run.clip);
+    std::printf("%s %lld clip %d: measured %.3f predicted %.3f (%+.1f%%) %s; GPU %.1f / %.1f GiB\n", run.model,
+                (long long)run.sequences, run.clip, run.seconds, p.step_seconds, 100 * (p.step_seconds / run.seconds - 1),
+                p.bottleneck.c_str(), p.memory.total / double(int64_t{1} << 30), run.peak_gib);
     EXPECT_NEAR(p.step_seconds / run.seconds, 1.0, 0.15) << p.step_seconds;
-    EXPECT_NEAR(p.memory.total / double(int64_t{1} << 30) / run.peak_gib, 1.0, 0.15);
-    EXPECT_EQ(p.bottleneck, kResGpu);
+    // Memory decides what fits the budget, so it may err high but not low: within
+    // [0.9, 1.25] of the measured peak.
+    const double mem = p.memory.total / double(int64_t{1} << 30) / run.peak_gib;
+    EXPECT_GE(mem, 0.9);
+    EXPECT_LE(mem, 1.25);
   }
   // And the bytes of the 7B run: H2D 28.28 GB, D2H 15.23 GB.
   const ModelShape q7 = ShapeOf(*PresetConfig("qwen2.5-7b"));
@@ -187,6 +196,152 @@ TEST(StepModel, MatchesTheH200Results) {
   const StepPrediction p = PredictStep(q7, job, Knobs(4, 4, 2), DefaultRates(q7, job));
   EXPECT_NEAR(p.h2d_bytes / 1e9, 28.28, 0.01);
   EXPECT_NEAR(p.d2h_bytes / 1e9, 15.23, 0.01);
+}
+
+// The plan sweeps of RESULTS.md ("Step-time model and policy", H200 host, 2026-12-03):
+// plan_bench's calibrated rates for each shape and batch, and every plan's measured
+// step time (one timed step each, after one warm-up step of the plan). The model was
+// revised after these runs (MLP-tile recompute, the host bandwidth AdamW shows, the
+// GPU's per-parameter gradient work and per-pass overhead, PCIe bytes breaking ties),
+// so this is a fit, not yet the proof: plan_bench on the H200 with the revised model is.
+struct SweepRates {
+  double h2d, d2h, both, forward, backward, head, adamw, host_memory;
+};
+struct SweepRow {
+  int64_t mbs, accum;
+  int prefetch;
+  const char* activations;
+  bool policy;  // plan_bench's policy chose it
+  double measured;
+};
+struct Sweep {
+  const char* model;
+  int64_t sequences;
+  SweepRates rates;
+  std::vector<SweepRow> rows;
+};
+const std::vector<Sweep>& H200Sweeps() {
+  static const std::vector<Sweep>* sweeps = new std::vector<Sweep>{
+    {"qwen2.5-3b", 4, {55.2, 55.2, 99.7, 3.46e-07, 7.01e-07, 4.32e-06, 3.78e+09, 64.5}, {
+      {4, 1, 1, "device", false, 1.670},
+      {4, 1, 1, "host", true, 2.089},
+      {4, 1, 2, "device", false, 1.687},
+      {4, 1, 2, "host", false, 1.722},
+      {2, 2, 1, "device", false, 1.819},
+      {2, 2, 1, "host", false, 1.864},
+      {2, 2, 2, "device", false, 1.798},
+      {2, 2, 2, "host", false, 1.815},
+      {1, 4, 1, "device", false, 1.858},
+      {1, 4, 1, "host", false, 1.802},
+      {1, 4, 2, "device", false, 1.812},
+      {1, 4, 2, "host", false, 1.820}}},
+    {"qwen2.5-3b", 8, {55.2, 55.3, 95.3, 3.46e-07, 6.96e-07, 4.34e-06, 3.9e+09, 71.5}, {
+      {8, 1, 1, "device", false, 2.387},
+      {8, 1, 1, "host", true, 2.553},
+      {8, 1, 2, "device", false, 2.601},
+      {8, 1, 2, "host", false, 2.809},
+      {4, 2, 1, "device", false, 2.656},
+      {4, 2, 1, "host", false, 2.876},
+      {4, 2, 2, "device", false, 2.513},
+      {4, 2, 2, "host", false, 2.499},
+      {2, 4, 1, "device", false, 2.542},
+      {2, 4, 1, "host", false, 2.604},
+      {2, 4, 2, "device", false, 2.541},
+      {2, 4, 2, "host", false, 2.574},
+      {1, 8, 1, "device", false, 2.646},
+      {1, 8, 1, "host", false, 2.625},
+      {1, 8, 2, "device", false, 2.683},
+      {1, 8, 2, "host", false, 2.668}}},
+    {"qwen2.5-3b", 16, {55.3, 55.3, 96.1, 3.42e-07, 7.02e-07, 4.33e-06, 3.75e+09, 72.9}, {
+      {16, 1, 1, "device", false, 4.653},
+      {16, 1, 1, "host", true, 4.611},
+      {16, 1, 2, "device", false, 4.600},
+      {16, 1, 2, "host", false, 4.712},
+      {8, 2, 1, "device", false, 3.984},
+      {8, 2, 1, "host", false, 3.961},
+      {8, 2, 2, "device", false, 3.991},
+      {8, 2, 2, "host", false, 4.023},
+      {4, 4, 1, "device", false, 4.118},
+      {4, 4, 1, "host", false, 4.081},
+      {4, 4, 2, "device", false, 4.081},
+      {4, 4, 2, "host", false, 4.100},
+      {2, 8, 1, "device", false, 4.264},
+      {2, 8, 1, "host", false, 4.172},
+      {2, 8, 2, "device", false, 4.180},
+      {2, 8, 2, "host", false, 4.214},
+      {1, 16, 1, "device", false, 4.390},
+      {1, 16, 1, "host", false, 4.455},
+      {1, 16, 2, "device", false, 4.420},
+      {1, 16, 2, "host", false, 4.438}}},
+    {"qwen2.5-7b", 1, {55.3, 55.3, 100.9, 8.93e-07, 1.76e-06, 6.22e-06, 3.48e+09, 55.1}, {
+      {1, 1, 1, "device", true, 2.754},
+      {1, 1, 1, "host", false, 2.680},
+      {1, 1, 2, "device", false, 2.599},
+      {1, 1, 2, "host", false, 2.521}}},
+    {"qwen2.5-7b", 2, {55.1, 55.3, 91.8, 8.39e-07, 1.68e-06, 6.23e-06, 3.44e+09, 58.3}, {
+      {2, 1, 1, "device", false, 3.120},
+      {2, 1, 1, "host", false, 3.290},
+      {2, 1, 2, "device", false, 3.365},
+      {2, 1, 2, "host", false, 3.187},
+      {1, 2, 1, "device", true, 3.074},
+      {1, 2, 1, "host", false, 3.162},
+      {1, 2, 2, "device", false, 3.264},
+      {1, 2, 2, "host", false, 3.373}}},
+  };
+  return *sweeps;
+}
+
+Rates RatesOf(const ModelShape& shape, const JobShape& job, const SweepRates& m) {
+  Rates r = DefaultRates(shape, job);  // what calibration does not measure
+  r.h2d_gbps = m.h2d;
+  r.d2h_gbps = m.d2h;
+  r.duplex_gbps = m.both;
+  r.forward_s = r.recompute_s = m.forward;
+  r.backward_s = m.backward;
+  r.head_s = m.head;
+  r.adamw_params_per_s = m.adamw;
+  r.host_memory_gbps = m.host_memory;
+  return r;
+}
+
+TEST(StepModel, MatchesTheH200Sweeps) {
+  for (const Sweep& sw : H200Sweeps()) {
+    const ModelShape shape = ShapeOf(*PresetConfig(sw.model));
+    JobShape job;
+    job.sequences = sw.sequences;
+    job.seq_len = 4096;
+    const Rates rates = RatesOf(shape, job, sw.rates);
+    SearchSpace space;
+    space.prefetch_depths = {1, 2};
+    PlanKnobs base = Knobs(sw.sequences, 1);
+    base.policy.loss_chunk_tokens = 4096;
+    absl::StatusOr<PlanChoice> choice = ChoosePlan(shape, job, base, rates, 0, space);
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    double best = 1e30, chosen = 0;
+    for (const SweepRow& row : sw.rows) {
+      PlanKnobs k = Knobs(row.mbs, row.accum, row.prefetch);
+      k.policy.activations = row.activations;
+      k.policy.loss_chunk_tokens = 4096;  // plan_bench's
+      const StepPrediction p = PredictStep(shape, job, k, rates);
+      const double err = p.step_seconds / row.measured - 1;
+      std::printf("%s %lld: %lld x %lld p%d %s measured %.3f predicted %.3f (%+.1f%%) %s\n", sw.model,
+                  (long long)sw.sequences, (long long)row.mbs, (long long)row.accum, row.prefetch, row.activations,
+                  row.measured, p.step_seconds, 100 * err, p.bottleneck.c_str());
+      // Activations on the device within 15%; offloaded ones within 25% (they measured
+      // 0-5% slower on average, which the model does not price, and single steps vary).
+      EXPECT_LE(std::abs(err), std::string(row.activations) == "device" ? 0.15 : 0.25)
+          << sw.model << " " << sw.sequences << ": " << DescribeKnobs(k);
+      best = std::min(best, row.measured);
+      if (DescribeKnobs(k) == DescribeKnobs(choice->knobs)) chosen = row.measured;
+    }
+    std::printf("%s %lld: policy %s measured %.3f, best %.3f (%+.1f%%)\n", sw.model, (long long)sw.sequences,
+                DescribeKnobs(choice->knobs).c_str(), chosen, best, 100 * (chosen / best - 1));
+    // The policy's plan was run, and is within 10% of the best measured one (4 of the 5
+    // within 1.5%; the 7B at batch 1 +9.2%: prefetch 2 measured 6% faster than 1, which
+    // the model does not see).
+    EXPECT_GT(chosen, 0.0) << "the policy chose a plan the sweep did not run";
+    EXPECT_LE(chosen / best, 1.10) << DescribeKnobs(choice->knobs);
+  }
 }
 
 // ------------------------------------------------------------------ the search

@@ -71,11 +71,15 @@ absl::StatusOr<PlanChoice> ChoosePlan(const ModelShape& shape, const JobShape& j
       continue;
     }
     const StepPrediction& b = choice.candidates[best].prediction;
-    // Strictly faster, or as fast (within a part in a million) with less memory.
+    // Strictly faster, or as fast (within a part in a million) with fewer bytes over
+    // PCIe (traffic the model prices at nothing when it hides, such as offloaded
+    // activations, measured 0-5% slower on the H200 host), then with less memory.
     const double tol = 1e-6 * b.step_seconds;
+    const int64_t now_pcie = now.prediction.h2d_bytes + now.prediction.d2h_bytes;
+    const int64_t best_pcie = b.h2d_bytes + b.d2h_bytes;
     if (now.prediction.step_seconds < b.step_seconds - tol ||
         (std::abs(now.prediction.step_seconds - b.step_seconds) <= tol &&
-         now.prediction.memory.total < b.memory.total)) {
+         (now_pcie < best_pcie || (now_pcie == best_pcie && now.prediction.memory.total < b.memory.total)))) {
       best = i;
     }
   }

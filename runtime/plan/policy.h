@@ -2,7 +2,8 @@
 // knobs (micro-batch size and count for the same global batch, prefetch depth,
 // activation placement, and with several workers the parameter and gradient routes),
 // predicts each candidate with the step model, drops those over the GPU memory budget
-// and picks the fastest (ties: less memory, then enumeration order), deterministically.
+// and picks the fastest (ties: fewer PCIe bytes, then less memory, then enumeration
+// order), deterministically.
 // Also the OOM fallback (Shrink) and the re-plan trigger (DriftMonitor).
 // Pure C++; Choose/Shrink are stateless, a DriftMonitor belongs to one job's thread.
 #pragma once

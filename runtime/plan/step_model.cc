@@ -46,14 +46,17 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
     // Fitted to the H200 runs of tests/bench/RESULTS.md (qwen2.5-3b: forward 6.6 ms and
     // backward 28 ms a block at 4 x 4096 tokens; qwen2.5-7b at 16 x 4096): the matmuls'
     // efficiency grows with the hidden size, hidden / (hidden + 1024) of these rates.
+    // The per-parameter gradient work (zeroing, fp32 accumulation, the bf16 landing
+    // copy, the norm) and the per-pass overhead are fitted to the plan sweeps of
+    // 2026-12-03 (StepModel.MatchesTheH200Sweeps).
     const double eff = static_cast<double>(shape.hidden) / static_cast<double>(shape.hidden + 1024);
     r.forward_s = fwd_flops / (900e12 * eff);
     r.recompute_s = r.forward_s;
     r.backward_s = 2.0 * fwd_flops / (620e12 * eff);
     r.head_s = head_flops / (480e12 * eff);
     r.embed_s = 4.0 * shape.hidden / 1e12;
-    r.grad_s_per_param = 1.5e-10;
-    r.launch_s = 2e-4;
+    r.grad_s_per_param = 2e-11;
+    r.launch_s = 3e-4;
     return r;
   }
   // The CPU device: memcpy for transfers, one core's worth of FLOPs per worker.
@@ -70,6 +73,23 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
   r.adamw_params_per_s = 3e8;
   r.host_memory_gbps = 10.0;
   return r;
+}
+
+int64_t MlpTile(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs) {
+  if (knobs.policy.mlp_tile_tokens > 0) return knobs.policy.mlp_tile_tokens;
+  // AutoMlpTile (runtime/model/tiled_mlp.cc) with the budget of ChooseActivations
+  // (runtime/engine/activation_policy.cc): one [rows, tile, FFN] intermediate under
+  // 1 GiB, and under 1/32 of the job's GPU memory budget when it has one.
+  int64_t budget = int64_t{1} << 30;
+  if (knobs.policy.gpu_memory_budget_bytes > 0) budget = std::min(budget, knobs.policy.gpu_memory_budget_bytes / 32);
+  const int64_t per_position = std::max<int64_t>(1, knobs.micro_batch_size * shape.ffn * job.param_bytes);
+  if (job.seq_len * per_position <= budget) return job.seq_len;
+  return std::max<int64_t>(256, budget / per_position / 256 * 256);
+}
+
+double MlpShare(const ModelShape& shape, int64_t seq_len) {
+  const double block = BlockForwardFlopsPerToken(shape, seq_len);
+  return block > 0 ? std::min(1.0, 6.0 * static_cast<double>(shape.hidden) * shape.ffn / block) : 0.0;
 }
 
 bool Bf16Landing(const JobShape& job, const PolicyConfig& policy) {
@@ -357,7 +377,10 @@ int StepReplay::Step(double start, int start_cause) {
     h2d_bytes += act_bytes;
     Sync(restored);
   }
-  const double block_bwd = T * (rates_.recompute_s + rates_.backward_s) + 2 * launch;
+  // MLP tiles: backward recomputes each tile's MLP once more (runtime/model/tiled_mlp.h).
+  const double mlp_recompute =
+      MlpTile(shape_, job_, k_) < job_.seq_len ? T * rates_.recompute_s * MlpShare(shape_, job_.seq_len) : 0.0;
+  const double block_bwd = T * (rates_.recompute_s + rates_.backward_s) + mlp_recompute + 2 * launch;
   for (int u = head - 1; u >= 1; --u) {
     const int it = item++;
     const int acquire = fetched_[it];
@@ -487,7 +510,10 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
   // p, m, v read and written, the gradient read and the streamed copy written).
   const double host_bytes = static_cast<double>(W) * (p.h2d_bytes + p.d2h_bytes) +
                             28.0 * static_cast<double>(shape.total_params());
-  p.busy[kResHostMemory] = host_bytes / (rates.host_memory_gbps * 1e9);
+  // The AdamW kernel's own traffic shows the bandwidth the host reaches at least (a
+  // calibration copy counts no read-for-ownership and can read low).
+  const double host_gbps = std::max(rates.host_memory_gbps, 28.0 * rates.adamw_params_per_s / 1e9);
+  p.busy[kResHostMemory] = host_bytes / (host_gbps * 1e9);
 
   // Critical path: back from the step's end through the causes, clipped at t0.
   // Walking back, each segment grows at its front: `what` becomes "first .. last".

@@ -91,6 +91,13 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job);
 // Forward FLOPs per token of one decoder block at `seq_len` (causal attention).
 double BlockForwardFlopsPerToken(const ModelShape& shape, int64_t seq_len);
 
+// Sequence positions per MLP tile the engine will use for `knobs` (job.seq_len or more:
+// whole), as runtime/engine/activation_policy.cc chooses it.
+int64_t MlpTile(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
+
+// The MLP's share of one block's forward FLOPs at `seq_len` (what tiles recompute).
+double MlpShare(const ModelShape& shape, int64_t seq_len);
+
 // Predicted GPU memory of a plan on one worker, in bytes.
 struct MemoryEstimate {
   int64_t slots = 0;         // prefetch_depth + 2 parameter slots of the largest unit

@@ -67,7 +67,7 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            done' ;;
     plan3b4|plan3b8|plan3b16|plan7b1|plan7b2|plan7b4)
              m=qwen2.5-${s:4:2}; b=${s:6}
-             TAILN=40 step $s 300 $B/plan_bench --model=$m --device=cuda --seq_len=4096 --batch=$b --steps=2 \
+             TAILN=40 step $s 300 $B/plan_bench --model=$m --device=cuda --seq_len=4096 --batch=$b --steps=${PLAN_STEPS:-4} \
              --prefetch=${PLAN_PREFETCH:-1,2} --activations=${PLAN_ACTIVATIONS:-device,host} ;;
     bench64) TAILN=8 step bench64 120 $SB --micro_batch_size=4 --grad_accum=16 --steps=3 ;;
     bench7b32) TAILN=8 step bench7b32 200 $B/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=8 --steps=3 --prefetch=2 ;;
