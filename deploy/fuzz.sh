@@ -35,7 +35,7 @@ sources() {
       runtime/data/corpus_tokenizer.cc runtime/data/token_source.cc runtime/data/tokenizer/*.cc \
       runtime/model/model_config.cc runtime/model/param_layout.cc runtime/model/json_nesting.cc \
       runtime/state/thread_pool.cc ;;
-    train_config) echo runtime/train_config.cc ;;
+    train_config) echo runtime/train_config.cc runtime/train_config_validate.cc ;;
     spec_file) echo client/spec_file.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     checkpoint) echo runtime/state/checkpoint.cc ;;
     *) echo "fuzz: unknown target $1 (known: ${all[*]})" >&2; return 1 ;;

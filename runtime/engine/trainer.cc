@@ -1,6 +1,8 @@
 // Trainer on the engine: see trainer.h. Step() splits the global batch across the
 // workers, runs their steps on one thread each, and gathers the step's figures; the
-// update pipeline applies the CPU updates behind it.
+// update pipeline applies the CPU updates behind it. Here: EngineTrainer's creation, the
+// step, evaluation and checkpoints; its plan changes and out-of-memory retries are in
+// trainer_plan.cc (the class: engine_trainer.h). The job's thread only.
 #include "runtime/engine/trainer.h"
 #include "runtime/engine/clock.h"
 
@@ -17,6 +19,7 @@
 #include <ATen/Context.h>
 #include "runtime/data/dataset.h"
 #include "runtime/engine/batch_tensors.h"
+#include "runtime/engine/engine_trainer.h"
 #include "runtime/engine/nccl_communicator.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/step_trace.h"
@@ -99,138 +102,60 @@ std::string TrajectoryMismatch(const TrainConfig& saved, const TrainConfig& now)
 // Steps recorded in a --trace file.
 constexpr int64_t kTraceSteps = 8;
 
-class EngineTrainer final : public Trainer {
- public:
-  // `config` as the job asked, `effective` with the plan's knobs applied.
-  EngineTrainer(const TrainConfig& config, const TrainConfig& effective, const ModelConfig& model,
-                std::unique_ptr<HostState> state, std::unique_ptr<Dataset> data, EvalOptions eval,
-                PlanManager plan)
-      : requested_(config), config_(effective), model_(model), state_(std::move(state)), data_(std::move(data)),
-        eval_(std::move(eval)), plan_(std::move(plan)), probe_(config.policy.auto_plan) {
-    if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
-  }
+}  // namespace
 
-  // Allocates the update pipeline and the workers.
-  absl::Status Init() {
-    if (!config_.trace_file.empty()) trace_ = std::make_unique<StepTrace>();
-    pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
-    pipeline_->set_trace(trace_.get());
-    absl::Status built = BuildWorkers();
-    // With policy.auto a plan whose buffers do not fit shrinks before the first step.
-    if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) return ShrinkUntilBuilt(built, 0);
-    return built;
-  }
+namespace trainer_internal {
 
-  // Allocates the shared route state and the workers (device buffers included) for
-  // config_'s knobs: errors such as a GPU out of memory come back here.
-  absl::Status BuildWorkers() {
-    const bool cuda = config_.device == "cuda";
-    const int W = config_.workers;
-    int64_t max_numel = 0;
-    for (const UnitLayout& u : state_->layout().units) max_numel = std::max(max_numel, u.numel);
-    const GradRoute grad_route = *ParseGradRoute(config_.policy.grad_route);
-    std::unique_ptr<Communicator> comm;
-    if (W > 1) {
-      if (cuda) {
-        absl::StatusOr<std::unique_ptr<Communicator>> nccl =
-            CreateNcclCommunicator(W, config_.collective_timeout_seconds);
-        if (!nccl.ok()) return nccl.status();
-        comm = std::move(*nccl);
-      } else {
-        comm = std::make_unique<HostCommunicator>(W);
-      }
+absl::Status EngineTrainer::Init() {
+  if (!config_.trace_file.empty()) trace_ = std::make_unique<StepTrace>();
+  pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
+  pipeline_->set_trace(trace_.get());
+  absl::Status built = BuildWorkers();
+  // With policy.auto a plan whose buffers do not fit shrinks before the first step.
+  if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) return ShrinkUntilBuilt(built, 0);
+  return built;
+}
+
+absl::Status EngineTrainer::BuildWorkers() {
+  const bool cuda = config_.device == "cuda";
+  const int W = config_.workers;
+  int64_t max_numel = 0;
+  for (const UnitLayout& u : state_->layout().units) max_numel = std::max(max_numel, u.numel);
+  const GradRoute grad_route = *ParseGradRoute(config_.policy.grad_route);
+  std::unique_ptr<Communicator> comm;
+  if (W > 1) {
+    if (cuda) {
+      absl::StatusOr<std::unique_ptr<Communicator>> nccl =
+          CreateNcclCommunicator(W, config_.collective_timeout_seconds);
+      if (!nccl.ok()) return nccl.status();
+      comm = std::move(*nccl);
+    } else {
+      comm = std::make_unique<HostCommunicator>(W);
     }
-    shared_ = std::make_unique<RouteShared>(W, max_numel, state_->num_units(), /*pin=*/cuda,
-                                            /*host_sum=*/!DeviceReducesGradient(grad_route, W), std::move(comm));
-    for (int w = 0; w < W; ++w) {
-      const at::Device device = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w))
-                                     : at::Device(at::kCPU);
-      absl::StatusOr<std::unique_ptr<Worker>> worker =
-          Worker::Create(w, config_, state_.get(), pipeline_.get(), shared_.get(), device, trace_.get());
-      if (!worker.ok()) {
-        return absl::Status(worker.status().code(),
-                            absl::StrCat("worker ", w, " (", device.str(), "): ", worker.status().message()));
-      }
-      workers_.push_back(std::move(*worker));
+  }
+  shared_ = std::make_unique<RouteShared>(W, max_numel, state_->num_units(), /*pin=*/cuda,
+                                          /*host_sum=*/!DeviceReducesGradient(grad_route, W), std::move(comm));
+  for (int w = 0; w < W; ++w) {
+    const at::Device device = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w))
+                                   : at::Device(at::kCPU);
+    absl::StatusOr<std::unique_ptr<Worker>> worker =
+        Worker::Create(w, config_, state_.get(), pipeline_.get(), shared_.get(), device, trace_.get());
+    if (!worker.ok()) {
+      return absl::Status(worker.status().code(),
+                          absl::StrCat("worker ", w, " (", device.str(), "): ", worker.status().message()));
     }
-    return absl::OkStatus();
+    workers_.push_back(std::move(*worker));
   }
-  ~EngineTrainer() override {
-    workers_.clear();
-    pipeline_.reset();
-  }
+  return absl::OkStatus();
+}
 
-  absl::StatusOr<StepStats> Step() override;
-  absl::Status Drain() override {
-    pipeline_->Drain();
-    return absl::OkStatus();
-  }
-  int64_t completed_steps() const override { return step_; }
-  const TrainConfig& config() const override { return requested_; }
-  PlanReport Plan() const override { return plan_.report(); }
-  absl::Status UsePlan(const PlanKnobs& knobs) override;
-  const ModelConfig& model_config() const override { return model_; }
-  int64_t num_parameters() const override { return state_->layout().total_numel; }
-  std::string WeightsDigest() override {
-    pipeline_->Drain();
-    return state_->MasterDigest();
-  }
-  absl::StatusOr<std::string> SaveCheckpoint() override;
-  int64_t tokens_seen() const override { return tokens_seen_; }
-  // Continues from checkpoint `path` (right after construction, before any step).
-  absl::Status Restore(const std::string& path);
-  absl::Status ExportHf(const std::string& dir) override {
-    pipeline_->Drain();
-    const ModelLayout& layout = state_->layout();
-    return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
-      return state_->unit(u).master.data_ptr<float>() + layout.units[u].params[p].offset;
-    }, "F32", int64_t{4} << 30);
-  }
-
- private:
-  // Splits a batch of rows into per-worker micro-batches of int64 tensors.
-  absl::StatusOr<std::vector<WorkerBatch>> Split(const TokenBatch& b, int64_t* target_tokens) const;
-  // Runs `run(w)` for every worker w on a thread of its own; the first error names
-  // `what` and the worker.
-  absl::StatusOr<std::vector<WorkerStepResult>> OnEveryWorker(
-      const std::string& what, const std::function<absl::StatusOr<WorkerStepResult>(int)>& run);
-  // The held-out evaluation after completed_steps() steps, into s.eval_*.
-  absl::Status Evaluate(StepStats& s);
-  // The host state's buffers, unit by unit, for checkpoint files.
-  std::vector<CheckpointUnit> CheckpointUnits();
-  // After a step: counts non-finite steps (failing after max_bad_steps in a row) and
-  // writes the interval's checkpoint.
-  absl::Status AfterStep(const StepUpdateSummary& u, StepStats& s);
-  // Runs every worker's part of the step on `batch`; the first error, naming the worker.
-  absl::StatusOr<std::vector<WorkerStepResult>> RunWorkers(const TokenBatch& batch, double lr, int64_t* tokens);
-  // Rebuilds the workers for `knobs` (after the updates issued so far are applied); the
-  // next step is the new plan's first.
-  absl::Status ApplyKnobs(const PlanKnobs& knobs);
-  // After a GPU out-of-memory in the workers: forgets the step's landings, shrinks the
-  // plan until the workers fit, so that the same step can run again.
-  absl::Status RecoverFromOutOfMemory(absl::Status error);
-  // Shrinks the plan and rebuilds the workers while `error` is an out-of-memory
-  // (`step`: the 0-based step it happened in, or about to run).
-  absl::Status ShrinkUntilBuilt(absl::Status error, int64_t step);
-
-  const TrainConfig requested_;  // as the job asked: checkpoints and config()
-  TrainConfig config_;           // with the plan's knobs: the workers hold a reference
-  const ModelConfig model_;
-  std::unique_ptr<HostState> state_;
-  std::unique_ptr<Dataset> data_;
-  EvalOptions eval_;
-  std::string eval_start_;  // eval_.dataset's cursor when the trainer was created
-  std::unique_ptr<RouteShared> shared_;
-  std::unique_ptr<StepTrace> trace_;
-  std::unique_ptr<UpdatePipeline> pipeline_;
-  std::vector<std::unique_ptr<Worker>> workers_;
-  PlanManager plan_;
-  bool probe_ = false;  // the next step is a plan's first: its updates wait for its last landing
-  int64_t step_ = 0;
-  int64_t tokens_seen_ = 0;
-  int64_t skipped_steps_ = 0;
-  int64_t bad_in_row_ = 0;
-};
+absl::Status EngineTrainer::ExportHf(const std::string& dir) {
+  pipeline_->Drain();
+  const ModelLayout& layout = state_->layout();
+  return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
+    return state_->unit(u).master.data_ptr<float>() + layout.units[u].params[p].offset;
+  }, "F32", int64_t{4} << 30);
+}
 
 std::vector<CheckpointUnit> EngineTrainer::CheckpointUnits() {
   std::vector<CheckpointUnit> units;
@@ -401,57 +326,6 @@ absl::StatusOr<std::vector<WorkerStepResult>> EngineTrainer::RunWorkers(const To
   return OnEveryWorker(what, [&](int w) { return workers_[w]->RunStep(step_, (*parts)[w], inv_tokens); });
 }
 
-absl::Status EngineTrainer::ApplyKnobs(const PlanKnobs& knobs) {
-  pipeline_->Drain();
-  workers_.clear();
-  shared_.reset();
-  config_ = WithKnobs(config_, knobs);
-  probe_ = true;
-  try {
-    return BuildWorkers();
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("setting up the workers: ", e.what()));
-  }
-}
-
-absl::Status EngineTrainer::UsePlan(const PlanKnobs& knobs) {
-  if (knobs.micro_batch_size * knobs.grad_accum != config_.micro_batch_size * config_.grad_accum) {
-    return absl::InvalidArgumentError(absl::StrCat("plan: ", knobs.micro_batch_size, " x ", knobs.grad_accum,
-                                                   " sequences a worker; the job has ",
-                                                   config_.micro_batch_size * config_.grad_accum));
-  }
-  TrainConfig next = WithKnobs(config_, knobs);
-  next.policy.grad_landing = config_.policy.grad_landing;
-  if (absl::Status s = ValidateTrainConfig(next); !s.ok()) return s;
-  if (!state_->fp32_grad() && !DeviceReducesGradient(*ParseGradRoute(next.policy.grad_route), next.workers)) {
-    return absl::InvalidArgumentError("plan: gradients land in bf16, which needs a route whose devices reduce");
-  }
-  plan_.Force(knobs);
-  return ApplyKnobs(plan_.knobs());
-}
-
-absl::Status EngineTrainer::RecoverFromOutOfMemory(absl::Status error) {
-  // Nothing of this step was applied: its updates wait for its last landing (with
-  // clipping always, without it in a plan's first step).
-  if (absl::Status s = pipeline_->AbortStep(step_); !s.ok()) {
-    return absl::Status(error.code(), absl::StrCat(error.message(), "; ", s.message()));
-  }
-  pipeline_->Drain();
-  // bf16 landings wrote gradients into the streamed copies: rewrite them from the
-  // master weights, which this step has not touched.
-  if (!state_->fp32_grad()) state_->RefreshAllParams();
-  return ShrinkUntilBuilt(std::move(error), step_);
-}
-
-absl::Status EngineTrainer::ShrinkUntilBuilt(absl::Status error, int64_t step) {
-  while (absl::IsResourceExhausted(error)) {
-    absl::StatusOr<PlanKnobs> smaller = plan_.AfterOutOfMemory(error, step + 1);
-    if (!smaller.ok()) return smaller.status();
-    error = ApplyKnobs(*smaller);
-  }
-  return error;
-}
-
 absl::StatusOr<StepStats> EngineTrainer::Step() {
   const double t0 = MonotonicSeconds();
   absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
@@ -508,6 +382,12 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
   }
   return s;
 }
+
+}  // namespace trainer_internal
+
+namespace {
+
+using trainer_internal::EngineTrainer;
 
 // Builds the engine for `config` (the knobs of `plan` applied to `requested`), on the
 // datasets of `inputs` where given.

@@ -1,0 +1,124 @@
+// EngineTrainer: the Trainer on the engine (trainer.h), declared here so that its
+// methods can live in two files: trainer.cc (creation, the step, evaluation,
+// checkpoints) and trainer_plan.cc (plan changes and out-of-memory retries). Internal
+// to runtime/engine/: everything else creates and uses it through Trainer. Called from
+// the job's thread, one call at a time, as Trainer says.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/data/dataset.h"
+#include "runtime/engine/routes.h"
+#include "runtime/engine/step_trace.h"
+#include "runtime/engine/trainer.h"
+#include "runtime/engine/update_pipeline.h"
+#include "runtime/engine/worker.h"
+#include "runtime/model/model_config.h"
+#include "runtime/plan/plan_manager.h"
+#include "runtime/plan/plan_report.h"
+#include "runtime/state/checkpoint.h"
+#include "runtime/state/host_state.h"
+#include "runtime/train_config.h"
+
+namespace slidedp {
+namespace trainer_internal {
+
+class EngineTrainer final : public Trainer {
+ public:
+  // `config` as the job asked, `effective` with the plan's knobs applied.
+  EngineTrainer(const TrainConfig& config, const TrainConfig& effective, const ModelConfig& model,
+                std::unique_ptr<HostState> state, std::unique_ptr<Dataset> data, EvalOptions eval,
+                PlanManager plan)
+      : requested_(config), config_(effective), model_(model), state_(std::move(state)), data_(std::move(data)),
+        eval_(std::move(eval)), plan_(std::move(plan)), probe_(config.policy.auto_plan) {
+    if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
+  }
+
+  // Allocates the update pipeline and the workers.
+  absl::Status Init();
+
+  // Allocates the shared route state and the workers (device buffers included) for
+  // config_'s knobs: errors such as a GPU out of memory come back here.
+  absl::Status BuildWorkers();
+  ~EngineTrainer() override {
+    workers_.clear();
+    pipeline_.reset();
+  }
+
+  absl::StatusOr<StepStats> Step() override;
+  absl::Status Drain() override {
+    pipeline_->Drain();
+    return absl::OkStatus();
+  }
+  int64_t completed_steps() const override { return step_; }
+  const TrainConfig& config() const override { return requested_; }
+  PlanReport Plan() const override { return plan_.report(); }
+  absl::Status UsePlan(const PlanKnobs& knobs) override;  // trainer_plan.cc
+  const ModelConfig& model_config() const override { return model_; }
+  int64_t num_parameters() const override { return state_->layout().total_numel; }
+  std::string WeightsDigest() override {
+    pipeline_->Drain();
+    return state_->MasterDigest();
+  }
+  absl::StatusOr<std::string> SaveCheckpoint() override;
+  int64_t tokens_seen() const override { return tokens_seen_; }
+  // Continues from checkpoint `path` (right after construction, before any step).
+  absl::Status Restore(const std::string& path);
+  absl::Status ExportHf(const std::string& dir) override;
+
+ private:
+  // Splits a batch of rows into per-worker micro-batches of int64 tensors.
+  absl::StatusOr<std::vector<WorkerBatch>> Split(const TokenBatch& b, int64_t* target_tokens) const;
+  // Runs `run(w)` for every worker w on a thread of its own; the first error names
+  // `what` and the worker.
+  absl::StatusOr<std::vector<WorkerStepResult>> OnEveryWorker(
+      const std::string& what, const std::function<absl::StatusOr<WorkerStepResult>(int)>& run);
+  // The held-out evaluation after completed_steps() steps, into s.eval_*.
+  absl::Status Evaluate(StepStats& s);
+  // The host state's buffers, unit by unit, for checkpoint files.
+  std::vector<CheckpointUnit> CheckpointUnits();
+  // After a step: counts non-finite steps (failing after max_bad_steps in a row) and
+  // writes the interval's checkpoint.
+  absl::Status AfterStep(const StepUpdateSummary& u, StepStats& s);
+  // Runs every worker's part of the step on `batch`; the first error, naming the worker.
+  absl::StatusOr<std::vector<WorkerStepResult>> RunWorkers(const TokenBatch& batch, double lr, int64_t* tokens);
+
+  // Plan changes and out-of-memory retries: trainer_plan.cc.
+  // Rebuilds the workers for `knobs` (after the updates issued so far are applied); the
+  // next step is the new plan's first.
+  absl::Status ApplyKnobs(const PlanKnobs& knobs);
+  // After a GPU out-of-memory in the workers: forgets the step's landings, shrinks the
+  // plan until the workers fit, so that the same step can run again.
+  absl::Status RecoverFromOutOfMemory(absl::Status error);
+  // Shrinks the plan and rebuilds the workers while `error` is an out-of-memory
+  // (`step`: the 0-based step it happened in, or about to run).
+  absl::Status ShrinkUntilBuilt(absl::Status error, int64_t step);
+
+  const TrainConfig requested_;  // as the job asked: checkpoints and config()
+  TrainConfig config_;           // with the plan's knobs: the workers hold a reference
+  const ModelConfig model_;
+  std::unique_ptr<HostState> state_;
+  std::unique_ptr<Dataset> data_;
+  EvalOptions eval_;
+  std::string eval_start_;  // eval_.dataset's cursor when the trainer was created
+  std::unique_ptr<RouteShared> shared_;
+  std::unique_ptr<StepTrace> trace_;
+  std::unique_ptr<UpdatePipeline> pipeline_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  PlanManager plan_;
+  bool probe_ = false;  // the next step is a plan's first: its updates wait for its last landing
+  int64_t step_ = 0;
+  int64_t tokens_seen_ = 0;
+  int64_t skipped_steps_ = 0;
+  int64_t bad_in_row_ = 0;
+};
+
+}  // namespace trainer_internal
+}  // namespace slidedp

@@ -1,0 +1,73 @@
+// EngineTrainer's plan changes (engine_trainer.h): UsePlan's forced plans, the
+// policy's re-plans and, with policy.auto, the shrinking of a plan after a GPU out of
+// memory so that the same step can run again. Step() in trainer.cc calls in here; the
+// job's thread only.
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/engine/engine_trainer.h"
+#include "runtime/engine/routes.h"
+#include "runtime/plan/calibration.h"
+#include "runtime/plan/plan_manager.h"
+#include "runtime/train_config.h"
+
+namespace slidedp {
+namespace trainer_internal {
+
+absl::Status EngineTrainer::ApplyKnobs(const PlanKnobs& knobs) {
+  pipeline_->Drain();
+  workers_.clear();
+  shared_.reset();
+  config_ = WithKnobs(config_, knobs);
+  probe_ = true;
+  try {
+    return BuildWorkers();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("setting up the workers: ", e.what()));
+  }
+}
+
+absl::Status EngineTrainer::UsePlan(const PlanKnobs& knobs) {
+  if (knobs.micro_batch_size * knobs.grad_accum != config_.micro_batch_size * config_.grad_accum) {
+    return absl::InvalidArgumentError(absl::StrCat("plan: ", knobs.micro_batch_size, " x ", knobs.grad_accum,
+                                                   " sequences a worker; the job has ",
+                                                   config_.micro_batch_size * config_.grad_accum));
+  }
+  TrainConfig next = WithKnobs(config_, knobs);
+  next.policy.grad_landing = config_.policy.grad_landing;
+  if (absl::Status s = ValidateTrainConfig(next); !s.ok()) return s;
+  if (!state_->fp32_grad() && !DeviceReducesGradient(*ParseGradRoute(next.policy.grad_route), next.workers)) {
+    return absl::InvalidArgumentError("plan: gradients land in bf16, which needs a route whose devices reduce");
+  }
+  plan_.Force(knobs);
+  return ApplyKnobs(plan_.knobs());
+}
+
+absl::Status EngineTrainer::RecoverFromOutOfMemory(absl::Status error) {
+  // Nothing of this step was applied: its updates wait for its last landing (with
+  // clipping always, without it in a plan's first step).
+  if (absl::Status s = pipeline_->AbortStep(step_); !s.ok()) {
+    return absl::Status(error.code(), absl::StrCat(error.message(), "; ", s.message()));
+  }
+  pipeline_->Drain();
+  // bf16 landings wrote gradients into the streamed copies: rewrite them from the
+  // master weights, which this step has not touched.
+  if (!state_->fp32_grad()) state_->RefreshAllParams();
+  return ShrinkUntilBuilt(std::move(error), step_);
+}
+
+absl::Status EngineTrainer::ShrinkUntilBuilt(absl::Status error, int64_t step) {
+  while (absl::IsResourceExhausted(error)) {
+    absl::StatusOr<PlanKnobs> smaller = plan_.AfterOutOfMemory(error, step + 1);
+    if (!smaller.ok()) return smaller.status();
+    error = ApplyKnobs(*smaller);
+  }
+  return error;
+}
+
+}  // namespace trainer_internal
+}  // namespace slidedp

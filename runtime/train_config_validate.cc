@@ -1,0 +1,194 @@
+// TrainConfig validation: ranges, enumerations, and the fields that only some data
+// formats use; see train_config.h. ParseTrainConfig (train_config.cc) runs the same
+// checks through FindProblem (train_config_validate.h) and names the file and line.
+// Plain functions; no threads.
+#include "runtime/train_config_validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/train_config.h"
+
+namespace slidedp {
+namespace {
+
+using train_config_internal::Problem;
+using Check = std::optional<Problem>;
+
+template <typename T>
+Check InRange(const char* field, T value, T lo, T hi) {
+  if (value >= lo && value <= hi) return std::nullopt;
+  return Problem{field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value)};
+}
+
+template <typename T>
+Check AtLeast(const char* field, T value, T lo) {
+  if (value >= lo) return std::nullopt;
+  return Problem{field, absl::StrCat("must be >= ", lo, ", got ", value)};
+}
+
+Check OneOf(const char* field, const std::string& value, std::vector<std::string> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return std::nullopt;
+  return Problem{
+      field, absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "), "; got '", value, "'")};
+}
+
+// `ok` is written so that NaN fails it.
+Check Real(const char* field, double value, bool ok, const char* rule) {
+  if (ok && !std::isnan(value)) return std::nullopt;
+  return Problem{field, absl::StrCat("must be ", rule, ", got ", value)};
+}
+
+bool IsText(const std::string& format) {
+  return format == "text" || format == "prompt_completion" || format == "chat";
+}
+
+// A field that only `formats` use must be empty (or false) with any other format.
+Check OnlyFor(const char* field, bool set, const std::string& format, bool applies,
+              const char* formats) {
+  if (!set || applies) return std::nullopt;
+  return Problem{field, absl::StrCat("is only used with data.format ", formats,
+                                     "; leave it unset for '", format, "'")};
+}
+
+Check CheckData(const DataConfig& d) {
+  if (Check c = OneOf("data.format", d.format,
+                      {"synthetic", "tokens", "jsonl", "text", "prompt_completion", "chat"})) {
+    return c;
+  }
+  if (d.format == "synthetic" && !d.path.empty()) {
+    return Problem{"data.path",
+                   "must be empty when data.format is 'synthetic', got '" + d.path + "'"};
+  }
+  if (d.format != "synthetic" && d.path.empty()) {
+    return Problem{"data.path", "must be set when data.format is '" + d.format + "'"};
+  }
+  const bool text = IsText(d.format);
+  const char* text_formats = "text, prompt_completion or chat";
+  if (Check c = OnlyFor("data.tokenizer", !d.tokenizer.empty(), d.format, text, text_formats))
+    return c;
+  if (Check c = OnlyFor("data.cache_dir", !d.cache_dir.empty(), d.format, text, text_formats))
+    return c;
+  if (Check c = OnlyFor("data.skip_bad_lines", d.skip_bad_lines, d.format, text, text_formats))
+    return c;
+  if (Check c = OnlyFor("data.document_mask", d.document_mask, d.format,
+                        text || d.format == "jsonl", "jsonl, text, prompt_completion or chat")) {
+    return c;
+  }
+  if (Check c = OnlyFor("data.eval_path", !d.eval_path.empty(), d.format, d.format != "synthetic",
+                        "tokens, jsonl, text, prompt_completion or chat")) {
+    return c;
+  }
+  return OneOf("data.token_dtype", d.token_dtype, {"uint16", "uint32"});
+}
+
+Check CheckOptimizer(const OptimizerConfig& o) {
+  const bool lr_ok = o.lr > 0 && std::isfinite(o.lr);
+  if (Check c = Real("optimizer.lr", o.lr, lr_ok, "> 0 and finite")) return c;
+  const bool ratio_ok = o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1;
+  if (Check c = Real("optimizer.min_lr_ratio", o.min_lr_ratio, ratio_ok, "in [0, 1]")) return c;
+  if (Check c = AtLeast<int64_t>("optimizer.warmup_steps", o.warmup_steps, 0)) return c;
+  if (Check c = OneOf("optimizer.schedule", o.schedule, {"constant", "linear", "cosine"})) return c;
+  if (Check c = Real("optimizer.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)"))
+    return c;
+  if (Check c = Real("optimizer.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)"))
+    return c;
+  const bool eps_ok = o.eps > 0 && std::isfinite(o.eps);
+  if (Check c = Real("optimizer.eps", o.eps, eps_ok, "> 0 and finite")) return c;
+  const bool wd_ok = o.weight_decay >= 0 && std::isfinite(o.weight_decay);
+  if (Check c = Real("optimizer.weight_decay", o.weight_decay, wd_ok, ">= 0 and finite")) return c;
+  const bool clip_ok = o.max_grad_norm >= 0 && std::isfinite(o.max_grad_norm);
+  return Real("optimizer.max_grad_norm", o.max_grad_norm, clip_ok,
+              ">= 0 and finite (0: no clipping)");
+}
+
+Check CheckPolicy(const PolicyConfig& p) {
+  if (Check c = AtLeast<int64_t>("policy.chunk_elems", p.chunk_elems, 0)) return c;
+  if (Check c = InRange("policy.prefetch_depth", p.prefetch_depth, 1, 8)) return c;
+  if (Check c = OneOf("policy.param_route", p.param_route, {"replicate", "scatter_allgather"}))
+    return c;
+  if (Check c = OneOf("policy.grad_route", p.grad_route,
+                      {"gather_host", "reduce_scatter", "reduce_one"})) {
+    return c;
+  }
+  if (Check c = OneOf("policy.activations", p.activations, {"device", "host", "auto"})) return c;
+  if (Check c = AtLeast<int64_t>("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1)) return c;
+  if (Check c = AtLeast<int64_t>("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0)) return c;
+  if (Check c = OneOf("policy.grad_landing", p.grad_landing, {"auto", "fp32", "bf16"})) return c;
+  if (Check c = AtLeast<int64_t>("policy.gpu_memory_budget_bytes", p.gpu_memory_budget_bytes, 0)) return c;
+  const bool drift_ok = p.replan_threshold > 0 && std::isfinite(p.replan_threshold);
+  if (Check c = Real("policy.replan_threshold", p.replan_threshold, drift_ok, "> 0 and finite")) return c;
+  return InRange("policy.update_threads", p.update_threads, 0, 1024);
+}
+
+Check CheckShape(const TrainConfig& c) {
+  if (c.model.empty()) return Problem{"model", "must name a preset or a model directory"};
+  if (Check p = InRange<int64_t>("seq_len", c.seq_len, 1, int64_t{1} << 20)) return p;
+  if (Check p = AtLeast<int64_t>("micro_batch_size", c.micro_batch_size, 1)) return p;
+  if (Check p = AtLeast<int64_t>("grad_accum", c.grad_accum, 1)) return p;
+  if (Check p = InRange("workers", c.workers, 1, 64)) return p;
+  // Keeps tokens_per_step() far from int64 overflow.
+  const double tokens = static_cast<double>(c.micro_batch_size) *
+                        static_cast<double>(c.grad_accum) * c.workers *
+                        static_cast<double>(c.seq_len);
+  if (tokens > std::ldexp(1.0, 40)) {
+    return Problem{"micro_batch_size",
+                   absl::StrCat("makes micro_batch_size * grad_accum * workers * seq_len = ",
+                                tokens, " tokens a step, more than 2^40")};
+  }
+  if (Check p = OneOf("device", c.device, {"cpu", "cuda"})) return p;
+  return OneOf("compute_dtype", c.compute_dtype, {"fp32", "bf16"});
+}
+
+Check CheckRun(const TrainConfig& c) {
+  if (Check p = AtLeast<int64_t>("steps", c.steps, 1)) return p;
+  if (Check p = AtLeast<int64_t>("checkpoint_interval", c.checkpoint_interval, 0)) return p;
+  if (c.checkpoint_interval > 0 && c.checkpoint_dir.empty()) {
+    return Problem{"checkpoint_dir", "must be set when checkpoint_interval > 0"};
+  }
+  if (Check p = AtLeast("keep_checkpoints", c.keep_checkpoints, 1)) return p;
+  if (Check p = AtLeast("max_bad_steps", c.max_bad_steps, 1)) return p;
+  if (Check p = Real("collective_timeout_seconds", c.collective_timeout_seconds,
+                     c.collective_timeout_seconds > 0 && std::isfinite(c.collective_timeout_seconds), "> 0")) {
+    return p;
+  }
+  if (Check p = AtLeast<int64_t>("eval_interval", c.eval_interval, 0)) return p;
+  if (c.eval_interval > 0 && c.data.eval_path.empty()) {
+    return Problem{"eval_interval", "needs data.eval_path (the evaluation data)"};
+  }
+  if (Check p = AtLeast<int64_t>("eval_batches", c.eval_batches, 1)) return p;
+  return AtLeast<int64_t>("log_every", c.log_every, 1);
+}
+
+}  // namespace
+
+namespace train_config_internal {
+
+absl::Status FieldError(const std::string& field, const std::string& where,
+                        const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("field '", field, "'", where, " ", what));
+}
+
+Check FindProblem(const TrainConfig& c) {
+  if (Check p = CheckShape(c)) return p;
+  if (Check p = CheckData(c.data)) return p;
+  if (Check p = CheckOptimizer(c.optimizer)) return p;
+  if (Check p = CheckPolicy(c.policy)) return p;
+  return CheckRun(c);
+}
+
+}  // namespace train_config_internal
+
+absl::Status ValidateTrainConfig(const TrainConfig& config) {
+  const Check p = train_config_internal::FindProblem(config);
+  if (!p) return absl::OkStatus();
+  return train_config_internal::FieldError(p->field, "", p->what);
+}
+
+}  // namespace slidedp
