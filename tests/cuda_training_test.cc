@@ -1,7 +1,9 @@
 // The CUDA device against plain PyTorch: 5 training steps of a small Qwen2 model on one
 // GPU must match PyTorch's bf16-autocast training with fp32 master weights (fixture made
 // by tests/reference/make_gpu_training_fixture.py on the H200 host, transformers 5.17).
-// Skipped where there is no GPU; the same fixture also runs on the CPU device in fp32 (below).
+// Skipped where there is no GPU; the same fixture also runs on the CPU device in fp32 (below),
+// and on W = 2 and 4 GPUs with every pair of routes against W = 1 (below; skipped where the
+// machine has fewer GPUs).
 //
 // Tolerance, stated in units of what bf16 itself changes: the fixture also holds the
 // same 5 steps run entirely in fp32. bf16 autocast moves PyTorch's weights away from the
@@ -16,6 +18,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -171,6 +177,95 @@ TEST(CpuTrainingTest, FiveStepsMatchPyTorchFp32) {
               std::sqrt(ours_vs_fp32), std::sqrt(fp32_vs_bf16));
   EXPECT_LE(std::sqrt(ours_vs_fp32), 0.01 * std::sqrt(fp32_vs_bf16));
 }
+
+// Data parallel on W GPUs (issue "Data parallel across 2 to 4 H200 GPUs"): the fixture's
+// 5 steps with W workers and the same global batch (4 sequences: W = 2 runs 2 a worker,
+// W = 4 one), for each parameter route x gradient route, against W = 1 with replicate /
+// gather_host. Tolerance in the fixture's bf16 unit D (above): the weights within D of
+// the one-GPU run (which is itself within 2 D of PyTorch's bf16 run), every step's loss
+// within 0.5% and gradient norm within 2%.
+class CudaMultiGpu : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {};
+
+struct FixtureRun {
+  std::vector<double> losses, norms;
+  std::map<std::string, at::Tensor> weights;
+};
+
+FixtureRun RunFixture(const TrainConfig& c, const std::string& out) {
+  FixtureRun r;
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return r;
+  for (int64_t k = 0; k < c.steps; ++k) {
+    absl::StatusOr<StepStats> s = (*t)->Step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return r;
+    r.losses.push_back(s->loss);
+    r.norms.push_back(s->grad_norm);
+  }
+  std::filesystem::remove_all(out);
+  EXPECT_TRUE((*t)->ExportHf(out).ok());
+  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(out + "/model.safetensors");
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return r;
+  for (const SafetensorsTensorInfo& info : f->tensors()) r.weights[info.name] = Read(*f, info.name);
+  return r;
+}
+
+TEST_P(CudaMultiGpu, FiveStepsOnWGpusEqualOneGpu) {
+  const auto [W, param_route, grad_route] = GetParam();
+  if (!at::hasCUDA() || static_cast<int>(at::getNumGPUs()) < W) {
+    GTEST_SKIP() << "needs " << W << " GPUs; this machine has " << (at::hasCUDA() ? at::getNumGPUs() : 0);
+  }
+  std::ifstream sf(kDir + "/settings.json");
+  ASSERT_TRUE(sf.good()) << kDir;
+  const nlohmann::json settings = nlohmann::json::parse(sf);
+  // Gradients land in bf16 where the devices reduce, in fp32 where the host sums.
+  const TrainConfig base = FixtureConfig(settings, "auto");
+  const int64_t rows = settings["rows_per_step"].get<int64_t>();
+  ASSERT_EQ(rows % W, 0);
+  TrainConfig one = base;
+  one.workers = 1;
+  TrainConfig many = base;
+  many.workers = W;
+  many.micro_batch_size = 1;
+  many.grad_accum = rows / W;
+  many.policy.param_route = param_route;
+  many.policy.grad_route = grad_route;
+  const std::string tag = std::to_string(W) + "_" + param_route + "_" + grad_route;
+  const FixtureRun a = RunFixture(one, ::testing::TempDir() + "/multi_gpu_w1_" + tag);
+  const FixtureRun b = RunFixture(many, ::testing::TempDir() + "/multi_gpu_" + tag);
+  ASSERT_EQ(a.losses.size(), static_cast<size_t>(base.steps));
+  ASSERT_EQ(b.losses.size(), static_cast<size_t>(base.steps));
+  for (int64_t k = 0; k < base.steps; ++k) {
+    EXPECT_NEAR(b.losses[k], a.losses[k], 5e-3 * a.losses[k]) << "step " << k + 1;
+    EXPECT_NEAR(b.norms[k], a.norms[k], 0.02 * a.norms[k]) << "step " << k + 1;
+  }
+  absl::StatusOr<SafetensorsFile> ref = SafetensorsFile::Open(kDir + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  double many_vs_one = 0, fp32_vs_bf16 = 0;
+  int compared = 0;
+  for (const auto& [name, w1] : a.weights) {
+    const at::Tensor bf = Read(*ref, "bf16." + name), f = Read(*ref, "fp32." + name);
+    if (!bf.defined() || !f.defined() || b.weights.count(name) == 0) continue;
+    ++compared;
+    many_vs_one += (b.weights.at(name) - w1).square().sum().item<double>();
+    fp32_vs_bf16 += (f - bf).square().sum().item<double>();
+  }
+  ASSERT_GT(compared, 5);
+  std::printf("W = %d, %s / %s: ||W-GPU - one-GPU|| = %.4g, D = %.4g\n", W, param_route.c_str(), grad_route.c_str(),
+              std::sqrt(many_vs_one), std::sqrt(fp32_vs_bf16));
+  EXPECT_LE(std::sqrt(many_vs_one), std::sqrt(fp32_vs_bf16));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Routes, CudaMultiGpu,
+    ::testing::Combine(::testing::Values(2, 4), ::testing::Values("replicate", "scatter_allgather"),
+                       ::testing::Values("gather_host", "reduce_scatter", "reduce_one")),
+    [](const ::testing::TestParamInfo<std::tuple<int, std::string, std::string>>& info) {
+      return "W" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param) + "_" +
+             std::get<2>(info.param);
+    });
 
 }  // namespace
 }  // namespace slidedp

@@ -8,7 +8,8 @@
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
-# plan3b8 plan3b16 plan7b1 plan7b2 plan7b4).
+# plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
+# multitests scale7b fsdp2multi).
 cd "$(dirname "$0")/../.."
 START=$(date +%s); DEADLINE=$((START + ${BUDGET:-560}))
 OUT=${OUT:-/tmp/h200_session}; R=$OUT/r; mkdir -p "$R"
@@ -69,6 +70,26 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              m=qwen2.5-${s:4:2}; b=${s:6}
              TAILN=40 step $s 300 $B/plan_bench --model=$m --device=cuda --seq_len=4096 --batch=$b --steps=${PLAN_STEPS:-4} \
              --prefetch=${PLAN_PREFETCH:-1,2} --activations=${PLAN_ACTIVATIONS:-device,host} ;;
+    multitests) TAILN=40 step multitests 300 build-gpu/tests/slidedp_runtime_tests \
+             --gtest_filter='*CudaMultiGpu*:EngineExactness*' ;;
+    scale7b) TAILN=30 step scale7b 560 bash -c '
+           G=$(nvidia-smi -L | wc -l)
+           for W in 1 2 4; do
+             (( W > G )) && break
+             routes=replicate/gather_host
+             (( W > 1 )) && routes=replicate/gather_host,replicate/reduce_scatter,replicate/reduce_one,scatter_allgather/gather_host,scatter_allgather/reduce_scatter,scatter_allgather/reduce_one
+             nvidia-smi dmon -s t -d 1 -o T > '"$R"'/dmon_w$W.log 2>&1 & d=$!
+             '"$B"'/step_bench --model=qwen2.5-7b --workers=$W --micro_batch_size=4 --grad_accum=$((8 / W)) \
+               --steps=3 --prefetch=2 --routes=$routes
+             kill $d
+           done' ;;
+    fsdp2multi) TAILN=12 step fsdp2multi 300 bash -c '
+           G=$(nvidia-smi -L | wc -l)
+           for W in 2 4; do
+             (( W > G )) && break
+             torchrun --standalone --nproc_per_node $W tests/bench/torch_baseline.py --mode fsdp2 \
+               --shape qwen2.5-7b --batch $((4 * W)) --seq 4096 --steps 3 2>&1 | grep RESULT
+           done' ;;
     bench64) TAILN=8 step bench64 120 $SB --micro_batch_size=4 --grad_accum=16 --steps=3 ;;
     bench7b32) TAILN=8 step bench7b32 200 $B/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=8 --steps=3 --prefetch=2 ;;
     bench16) TAILN=8 step bench16 150 $SB --micro_batch_size=4 --grad_accum=4 ;;

@@ -3,17 +3,21 @@
 // Usage: step_bench [--model=qwen2.5-3b] [--device=cuda] [--workers=1] [--seq_len=4096]
 //                   [--micro_batch_size=1] [--grad_accum=4] [--steps=4] [--loss_chunk=4096]
 //                   [--prefetch=1] [--grad_landing=auto] [--activations=auto|device|host] [--mlp_tile=0] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
+//                   [--routes=PARAM/GRAD,...: each pair in turn over one host state]
 // Prints every step, then the mean of the steps after the first (with --steps=1, of the
 // first, warm-up included, for runs too long to repeat): s/step, tokens/s,
-// model FLOPs utilization (6 x params x tokens + attention, over 790 TFLOP/s), PCIe
+// model FLOPs utilization (6 x params x tokens + attention, over 790 TFLOP/s a GPU), PCIe
 // bytes per step against the minimum (2 bytes a parameter each way), peak RSS.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_split.h"
 #include "runtime/engine/trainer.h"
+#include "runtime/plan/calibration.h"
 #include "tests/bench/bench_flags.h"
 
 namespace slidedp {
@@ -54,38 +58,60 @@ int Main(int argc, char** argv) {
   std::printf("model %s: %.3fB params, %lld layers | %s x%d | %lld sequences x %lld tokens a step | setup %.1f s\n",
               c.model.c_str(), params / 1e9, static_cast<long long>(m.num_layers), c.device.c_str(), c.workers,
               static_cast<long long>(c.global_batch_sequences()), static_cast<long long>(c.seq_len), setup);
-  double sum_t = 0, sum_tok = 0;
-  int64_t h2d = 0, d2h = 0, gpu_peak = 0;
-  for (int64_t s = 0; s < c.steps; ++s) {
-    auto st = (*trainer)->Step();
-    if (!st.ok()) {
-      std::fprintf(stderr, "step_bench: step %lld: %s\n", static_cast<long long>(s + 1),
-                   std::string(st.status().message()).c_str());
-      return 1;
+  // The step loop and its summary for the plan the trainer has now.
+  auto run = [&](const std::string& label) -> bool {
+    double sum_t = 0, sum_tok = 0;
+    int64_t h2d = 0, d2h = 0, gpu_peak = 0;
+    for (int64_t s = 0; s < c.steps; ++s) {
+      auto st = (*trainer)->Step();
+      if (!st.ok()) {
+        std::fprintf(stderr, "step_bench: %sstep %lld: %s\n", label.c_str(), static_cast<long long>(s + 1),
+                     std::string(st.status().message()).c_str());
+        return false;
+      }
+      std::printf("%sstep %lld | loss %.4f | %.3f s | %.0f tok/s | fwd %.3f bwd %.3f wait %.3f upd %.3f s | h2d %.2f GB d2h %.2f GB\n",
+                  label.c_str(), static_cast<long long>(st->step), st->loss, st->step_seconds, st->tokens_per_second,
+                  st->forward_seconds, st->backward_seconds, st->update_wait_seconds, st->update_busy_seconds,
+                  st->h2d_bytes / 1e9, st->d2h_bytes / 1e9);
+      std::fflush(stdout);
+      if (s > 0 || c.steps == 1) {
+        sum_t += st->step_seconds;
+        sum_tok += static_cast<double>(st->tokens);
+        h2d = st->h2d_bytes;
+        d2h = st->d2h_bytes;
+      }
+      for (size_t w = 0; w < st->workers.size(); ++w) {
+        if (s == 0 || st->workers[w].memory_peak_bytes > gpu_peak) gpu_peak = st->workers[w].memory_peak_bytes;
+      }
     }
-    std::printf("step %lld | loss %.4f | %.3f s | %.0f tok/s | fwd %.3f bwd %.3f wait %.3f upd %.3f s | h2d %.2f GB d2h %.2f GB\n",
-                static_cast<long long>(st->step), st->loss, st->step_seconds, st->tokens_per_second,
-                st->forward_seconds, st->backward_seconds, st->update_wait_seconds, st->update_busy_seconds,
-                st->h2d_bytes / 1e9, st->d2h_bytes / 1e9);
-    std::fflush(stdout);
-    if (s > 0 || c.steps == 1) {
-      sum_t += st->step_seconds;
-      sum_tok += static_cast<double>(st->tokens);
-      h2d = st->h2d_bytes;
-      d2h = st->d2h_bytes;
-    }
-    for (size_t w = 0; w < st->workers.size(); ++w) {
-      if (s == 0 || st->workers[w].memory_peak_bytes > gpu_peak) gpu_peak = st->workers[w].memory_peak_bytes;
-    }
-  }
-  {
     const double n = static_cast<double>(std::max<int64_t>(1, c.steps - 1)), t = sum_t / n, tok = sum_tok / n;
     // Attention: 12 x layers x hidden(q) x seq per token (fwd+bwd, causal halves 4x), as in MFU papers.
     const double attn = 6.0 * m.num_layers * m.num_heads * m.head_dim * c.seq_len * tok;
     const double flops = 6.0 * params * tok + attn;
-    std::printf("mean of %d step%s: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB\n",
-                static_cast<int>(n), c.steps == 1 ? " (the first)" : "s", t, tok / t, 100.0 * flops / t / 790e12, h2d / 1e9, d2h / 1e9,
-                2.0 * params / 1e9, PeakRssGiB(), gpu_peak / double(1 << 30));
+    std::printf("%smean of %d step%s: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB\n",
+                label.c_str(), static_cast<int>(n), c.steps == 1 ? " (the first)" : "s", t, tok / t,
+                100.0 * flops / t / (790e12 * c.workers), h2d / 1e9, d2h / 1e9, 2.0 * params / 1e9, PeakRssGiB(),
+                gpu_peak / double(1 << 30));
+    std::fflush(stdout);
+    return true;
+  };
+  const std::string routes = Flag(argc, argv, "routes", "");
+  if (routes.empty()) return run("") ? 0 : 1;
+  // --routes=PARAM/GRAD,...: each pair in turn over the same host state (Trainer::UsePlan).
+  for (absl::string_view pair : absl::StrSplit(routes, ',')) {
+    const std::vector<std::string> pr = absl::StrSplit(pair, '/');
+    if (pr.size() != 2) {
+      std::fprintf(stderr, "step_bench: --routes wants PARAM/GRAD pairs, got \"%s\"\n", std::string(pair).c_str());
+      return 2;
+    }
+    PlanKnobs k = KnobsOf(c);
+    k.policy.param_route = pr[0];
+    k.policy.grad_route = pr[1];
+    if (absl::Status st = (*trainer)->UsePlan(k); !st.ok()) {
+      std::fprintf(stderr, "step_bench: %s: %s\n", std::string(pair).c_str(), std::string(st.message()).c_str());
+      return 1;
+    }
+    if (!run(std::string(pair) + " | ")) return 1;
   }
   return 0;
 }

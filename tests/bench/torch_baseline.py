@@ -6,7 +6,13 @@
          on the GPU, clip_grad_norm_(1.0).
   fsdp2_offload: what users run when it does not: FSDP2 fully_shard per decoder layer
          with CPUOffloadPolicy(pin_memory=True), bf16 params / fp32 reduce, activation
-         checkpointing, fused CPU AdamW (one process, world size 1).
+         checkpointing, fused CPU AdamW.
+  fsdp2: the same without offload: parameters, gradients and AdamW state sharded over
+         the GPUs (fused AdamW on the GPU).
+The FSDP2 modes run on one GPU as they are, or on W under torchrun:
+  torchrun --standalone --nproc_per_node W tests/bench/torch_baseline.py --mode fsdp2 ...
+where --batch is the global batch (each rank runs batch / W sequences) and rank 0 prints
+the global tokens/s.
 
 Same model shapes as slidedp's presets (random weights), same tokens per step.
   python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096
@@ -52,6 +58,7 @@ def loss_of(model, batch, autocast):
 def run(args):
     torch.manual_seed(0)
     dev = torch.device("cuda")
+    world, rank = 1, 0
     if args.mode == "plain":
         cfg, model = build(args.shape, torch.float32, dev, args.seq)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), fused=True)
@@ -61,14 +68,22 @@ def run(args):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")
-        dist.init_process_group("nccl", rank=0, world_size=1)
+        rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        torch.manual_seed(rank)
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+        dist.init_process_group("nccl", rank=rank, world_size=world)
+        if args.batch % world:
+            raise SystemExit(f"--batch {args.batch} does not split over {world} ranks")
         cfg, model = build(args.shape, torch.float32, torch.device("meta"), args.seq)
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        off = CPUOffloadPolicy(pin_memory=True)
+        off = CPUOffloadPolicy(pin_memory=True) if args.mode == "fsdp2_offload" else None
+        kw = dict(mp_policy=mp) if off is None else dict(mp_policy=mp, offload_policy=off)
         for layer in model.model.layers:
-            fully_shard(layer, mp_policy=mp, offload_policy=off)
-        fully_shard(model, mp_policy=mp, offload_policy=off)
-        model.to_empty(device="cpu")
+            fully_shard(layer, **kw)
+        fully_shard(model, **kw)
+        model.to_empty(device="cpu" if off is not None else dev)
         with torch.no_grad():
             for p in model.parameters():
                 p.normal_(0, 0.02)
@@ -79,7 +94,7 @@ def run(args):
     peak = 0.0
     try:
         for step in range(args.steps):
-            batch = torch.randint(0, V, (args.batch, args.seq + 1), device=dev)
+            batch = torch.randint(0, V, (args.batch // world, args.seq + 1), device=dev)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             loss = loss_of(model, batch, autocast)
@@ -90,21 +105,23 @@ def run(args):
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
             peak = max(peak, torch.cuda.max_memory_allocated() / 1e9)
-            print(f"{args.mode} {args.shape} step {step + 1}: loss {loss.item():.4f} {dt:.3f} s "
-                  f"{args.batch * args.seq / dt:.0f} tok/s", flush=True)
+            if rank == 0:
+                print(f"{args.mode} {args.shape} x{world} step {step + 1}: loss {loss.item():.4f} {dt:.3f} s "
+                      f"{args.batch * args.seq / dt:.0f} tok/s", flush=True)
             if step > 0:
                 times.append(dt)
     except torch.OutOfMemoryError:
-        print(f"RESULT {args.mode} {args.shape} {args.batch} {args.seq} OOM", flush=True)
+        print(f"RESULT {args.mode} {args.shape} x{world} {args.batch} {args.seq} OOM (rank {rank})", flush=True)
         return
     t = sum(times) / len(times)
-    print(f"RESULT {args.mode} {args.shape} {args.batch} {args.seq} {t:.3f} s/step "
-          f"{args.batch * args.seq / t:.0f} tok/s peak {peak:.1f} GB", flush=True)
+    if rank == 0:
+        print(f"RESULT {args.mode} {args.shape} x{world} {args.batch} {args.seq} {t:.3f} s/step "
+              f"{args.batch * args.seq / t:.0f} tok/s peak {peak:.1f} GB", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=["plain", "fsdp2_offload"], default="plain")
+    ap.add_argument("--mode", choices=["plain", "fsdp2", "fsdp2_offload"], default="plain")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-3b")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=4096)
