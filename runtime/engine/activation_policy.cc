@@ -19,13 +19,17 @@ ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& m
   } else {
     plan.offload_inputs = config.policy.activations == "host";
   }
-  int64_t tile_budget = int64_t{1} << 30;
-  if (budget > 0) tile_budget = std::min(tile_budget, budget / 32);
-  plan.mlp_tile = config.policy.mlp_tile_tokens > 0
-                      ? config.policy.mlp_tile_tokens
-                      : AutoMlpTile(config.micro_batch_size, config.seq_len, model.intermediate_size, element_bytes,
-                                    tile_budget);
+  plan.mlp_tile =
+      ChooseMlpTile(config.policy, config.micro_batch_size, config.seq_len, model.intermediate_size, element_bytes);
   return plan;
+}
+
+int64_t ChooseMlpTile(const PolicyConfig& policy, int64_t rows, int64_t seq_len, int64_t ffn,
+                      int64_t element_bytes) {
+  if (policy.mlp_tile_tokens > 0) return policy.mlp_tile_tokens;
+  int64_t tile_budget = int64_t{1} << 30;
+  if (policy.gpu_memory_budget_bytes > 0) tile_budget = std::min(tile_budget, policy.gpu_memory_budget_bytes / 32);
+  return AutoMlpTile(rows, seq_len, ffn, element_bytes, tile_budget);
 }
 
 }  // namespace slidedp

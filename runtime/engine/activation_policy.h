@@ -25,4 +25,9 @@ struct ActivationPlan {
 ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& model, int64_t element_bytes,
                                  int64_t device_memory);
 
+// The MLP tile alone, as ChooseActivations picks it for micro-batches of `rows`
+// sequences (the step-time model, runtime/plan/step_model.cc, predicts with it too).
+int64_t ChooseMlpTile(const PolicyConfig& policy, int64_t rows, int64_t seq_len, int64_t ffn,
+                      int64_t element_bytes);
+
 }  // namespace slidedp

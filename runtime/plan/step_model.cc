@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/activation_policy.h"
 #include "runtime/model/param_layout.h"
 
 namespace slidedp {
@@ -76,15 +77,7 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
 }
 
 int64_t MlpTile(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs) {
-  if (knobs.policy.mlp_tile_tokens > 0) return knobs.policy.mlp_tile_tokens;
-  // AutoMlpTile (runtime/model/tiled_mlp.cc) with the budget of ChooseActivations
-  // (runtime/engine/activation_policy.cc): one [rows, tile, FFN] intermediate under
-  // 1 GiB, and under 1/32 of the job's GPU memory budget when it has one.
-  int64_t budget = int64_t{1} << 30;
-  if (knobs.policy.gpu_memory_budget_bytes > 0) budget = std::min(budget, knobs.policy.gpu_memory_budget_bytes / 32);
-  const int64_t per_position = std::max<int64_t>(1, knobs.micro_batch_size * shape.ffn * job.param_bytes);
-  if (job.seq_len * per_position <= budget) return job.seq_len;
-  return std::max<int64_t>(256, budget / per_position / 256 * 256);
+  return ChooseMlpTile(knobs.policy, knobs.micro_batch_size, job.seq_len, shape.ffn, job.param_bytes);
 }
 
 double MlpShare(const ModelShape& shape, int64_t seq_len) {
