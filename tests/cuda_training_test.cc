@@ -73,6 +73,34 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   return c;
 }
 
+// The fixture's steps with `c`: every step's loss and gradient norm, and the weights
+// exported to `out` and read back (the trainer's own export, as users get it).
+struct FixtureRun {
+  std::vector<double> losses, norms;
+  std::map<std::string, at::Tensor> weights;
+};
+
+FixtureRun RunFixture(const TrainConfig& c, const std::string& out) {
+  FixtureRun r;
+  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return r;
+  for (int64_t k = 0; k < c.steps; ++k) {
+    absl::StatusOr<StepStats> s = (*t)->Step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return r;
+    r.losses.push_back(s->loss);
+    r.norms.push_back(s->grad_norm);
+  }
+  std::filesystem::remove_all(out);
+  EXPECT_TRUE((*t)->ExportHf(out).ok());
+  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(out + "/model.safetensors");
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return r;
+  for (const SafetensorsTensorInfo& info : f->tensors()) r.weights[info.name] = Read(*f, info.name);
+  return r;
+}
+
 class CudaTrainingTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaTrainingTest, FiveStepsMatchPyTorchBf16Autocast) {
@@ -81,35 +109,27 @@ TEST_P(CudaTrainingTest, FiveStepsMatchPyTorchBf16Autocast) {
   ASSERT_TRUE(sf.good()) << kDir;
   const nlohmann::json settings = nlohmann::json::parse(sf);
   const TrainConfig c = FixtureConfig(settings, GetParam());
-  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c);
-  ASSERT_TRUE(t.ok()) << t.status();
+  std::string name = GetParam();
+  std::replace(name.begin(), name.end(), '+', '_');
+  const FixtureRun run = RunFixture(c, ::testing::TempDir() + "/cuda_training_" + name);
+  ASSERT_EQ(run.losses.size(), static_cast<size_t>(c.steps));
   absl::StatusOr<SafetensorsFile> ref = SafetensorsFile::Open(kDir + "/reference.safetensors");
   ASSERT_TRUE(ref.ok()) << ref.status();
   const at::Tensor ref_loss = Read(*ref, "bf16.loss");
   const at::Tensor ref_norm = Read(*ref, "bf16.grad_norm");
   for (int64_t k = 0; k < c.steps; ++k) {
-    absl::StatusOr<StepStats> s = (*t)->Step();
-    ASSERT_TRUE(s.ok()) << s.status();
     const double want = ref_loss[k].item<double>();
-    EXPECT_NEAR(s->loss, want, 5e-3 * want) << "step " << k + 1;
-    EXPECT_NEAR(s->grad_norm, ref_norm[k].item<double>(), 0.02 * ref_norm[k].item<double>()) << "step " << k + 1;
+    EXPECT_NEAR(run.losses[k], want, 5e-3 * want) << "step " << k + 1;
+    EXPECT_NEAR(run.norms[k], ref_norm[k].item<double>(), 0.02 * ref_norm[k].item<double>()) << "step " << k + 1;
   }
-  std::string name = GetParam();
-  std::replace(name.begin(), name.end(), '+', '_');
-  const std::string out = ::testing::TempDir() + "/cuda_training_" + name;
-  std::filesystem::remove_all(out);
-  ASSERT_TRUE((*t)->ExportHf(out).ok());
-  absl::StatusOr<SafetensorsFile> ours = SafetensorsFile::Open(out + "/model.safetensors");
-  ASSERT_TRUE(ours.ok()) << ours.status();
   absl::StatusOr<SafetensorsFile> init = SafetensorsFile::Open(kDir + "/model/model.safetensors");
   ASSERT_TRUE(init.ok()) << init.status();
   double ours_vs_bf16 = 0, fp32_vs_bf16 = 0, update = 0;
   int compared = 0;
-  for (const SafetensorsTensorInfo& info : ours->tensors()) {
-    const at::Tensor mine = Read(*ours, info.name);
-    const at::Tensor b = Read(*ref, "bf16." + info.name);
-    const at::Tensor f = Read(*ref, "fp32." + info.name);
-    const at::Tensor w0 = Read(*init, info.name);
+  for (const auto& [wname, mine] : run.weights) {
+    const at::Tensor b = Read(*ref, "bf16." + wname);
+    const at::Tensor f = Read(*ref, "fp32." + wname);
+    const at::Tensor w0 = Read(*init, wname);
     if (!b.defined() || !f.defined() || !w0.defined()) continue;  // e.g. a tied lm_head
     ++compared;
     ours_vs_bf16 += (mine - b).square().sum().item<double>();
@@ -143,30 +163,22 @@ TEST(CpuTrainingTest, FiveStepsMatchPyTorchFp32) {
   TrainConfig c = FixtureConfig(settings, "fp32");
   c.device = "cpu";
   c.compute_dtype = "fp32";
-  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c);
-  ASSERT_TRUE(t.ok()) << t.status();
+  const FixtureRun run = RunFixture(c, ::testing::TempDir() + "/cpu_training_fp32");
+  ASSERT_EQ(run.losses.size(), static_cast<size_t>(c.steps));
   absl::StatusOr<SafetensorsFile> ref = SafetensorsFile::Open(kDir + "/reference.safetensors");
   ASSERT_TRUE(ref.ok()) << ref.status();
   const at::Tensor ref_loss = Read(*ref, "fp32.loss");
   const at::Tensor ref_norm = Read(*ref, "fp32.grad_norm");
   for (int64_t k = 0; k < c.steps; ++k) {
-    absl::StatusOr<StepStats> s = (*t)->Step();
-    ASSERT_TRUE(s.ok()) << s.status();
     const double want = ref_loss[k].item<double>();
-    EXPECT_NEAR(s->loss, want, 1e-4 * want) << "step " << k + 1;
-    EXPECT_NEAR(s->grad_norm, ref_norm[k].item<double>(), 1e-3 * ref_norm[k].item<double>()) << "step " << k + 1;
+    EXPECT_NEAR(run.losses[k], want, 1e-4 * want) << "step " << k + 1;
+    EXPECT_NEAR(run.norms[k], ref_norm[k].item<double>(), 1e-3 * ref_norm[k].item<double>()) << "step " << k + 1;
   }
-  const std::string out = ::testing::TempDir() + "/cpu_training_fp32";
-  std::filesystem::remove_all(out);
-  ASSERT_TRUE((*t)->ExportHf(out).ok());
-  absl::StatusOr<SafetensorsFile> ours = SafetensorsFile::Open(out + "/model.safetensors");
-  ASSERT_TRUE(ours.ok()) << ours.status();
   double ours_vs_fp32 = 0, fp32_vs_bf16 = 0;
   int compared = 0;
-  for (const SafetensorsTensorInfo& info : ours->tensors()) {
-    const at::Tensor mine = Read(*ours, info.name);
-    const at::Tensor b = Read(*ref, "bf16." + info.name);
-    const at::Tensor f = Read(*ref, "fp32." + info.name);
+  for (const auto& [name, mine] : run.weights) {
+    const at::Tensor b = Read(*ref, "bf16." + name);
+    const at::Tensor f = Read(*ref, "fp32." + name);
     if (!b.defined() || !f.defined()) continue;
     ++compared;
     ours_vs_fp32 += (mine - f).square().sum().item<double>();
@@ -185,32 +197,6 @@ TEST(CpuTrainingTest, FiveStepsMatchPyTorchFp32) {
 // the one-GPU run (which is itself within 2 D of PyTorch's bf16 run), every step's loss
 // within 0.5% and gradient norm within 2%.
 class CudaMultiGpu : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {};
-
-struct FixtureRun {
-  std::vector<double> losses, norms;
-  std::map<std::string, at::Tensor> weights;
-};
-
-FixtureRun RunFixture(const TrainConfig& c, const std::string& out) {
-  FixtureRun r;
-  absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(c);
-  EXPECT_TRUE(t.ok()) << t.status();
-  if (!t.ok()) return r;
-  for (int64_t k = 0; k < c.steps; ++k) {
-    absl::StatusOr<StepStats> s = (*t)->Step();
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (!s.ok()) return r;
-    r.losses.push_back(s->loss);
-    r.norms.push_back(s->grad_norm);
-  }
-  std::filesystem::remove_all(out);
-  EXPECT_TRUE((*t)->ExportHf(out).ok());
-  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(out + "/model.safetensors");
-  EXPECT_TRUE(f.ok()) << f.status();
-  if (!f.ok()) return r;
-  for (const SafetensorsTensorInfo& info : f->tensors()) r.weights[info.name] = Read(*f, info.name);
-  return r;
-}
 
 TEST_P(CudaMultiGpu, FiveStepsOnWGpusEqualOneGpu) {
   const auto [W, param_route, grad_route] = GetParam();
