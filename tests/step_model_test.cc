@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -220,6 +221,12 @@ struct Sweep {
   SweepRates rates;
   std::vector<SweepRow> rows;
 };
+PlanKnobs RowKnobs(const SweepRow& row) {
+  PlanKnobs k = Knobs(row.mbs, row.accum, row.prefetch);
+  k.policy.activations = row.activations;
+  k.policy.loss_chunk_tokens = 4096;  // plan_bench's
+  return k;
+}
 const std::vector<Sweep>& H200Sweeps() {
   static const std::vector<Sweep>* sweeps = new std::vector<Sweep>{
     {"qwen2.5-3b", 4, {55.2, 55.2, 99.7, 3.46e-07, 7.01e-07, 4.32e-06, 3.78e+09, 64.5}, {
@@ -319,9 +326,7 @@ TEST(StepModel, MatchesTheH200Sweeps) {
     ASSERT_TRUE(choice.ok()) << choice.status();
     double best = 1e30, chosen = 0;
     for (const SweepRow& row : sw.rows) {
-      PlanKnobs k = Knobs(row.mbs, row.accum, row.prefetch);
-      k.policy.activations = row.activations;
-      k.policy.loss_chunk_tokens = 4096;  // plan_bench's
+      const PlanKnobs k = RowKnobs(row);
       const StepPrediction p = PredictStep(shape, job, k, rates);
       const double err = p.step_seconds / row.measured - 1;
       std::printf("%s %lld: %lld x %lld p%d %s measured %.3f predicted %.3f (%+.1f%%) %s\n", sw.model,
@@ -341,6 +346,124 @@ TEST(StepModel, MatchesTheH200Sweeps) {
     // the model does not see).
     EXPECT_GT(chosen, 0.0) << "the policy chose a plan the sweep did not run";
     EXPECT_LE(chosen / best, 1.10) << DescribeKnobs(choice->knobs);
+  }
+}
+
+// The proof (RESULTS.md, "the revised model on the H200", 2026-12-03, fourth and fifth
+// device calls): plan_bench with the model above unchanged since, 3 timed steps a plan
+// after a warm-up step (2 timed at 3.09B x 16, where the time cap stopped the sweep
+// after 18 of its 20 plans), prefetch 1 and 2 x placement x every micro-batch split.
+// The 7.62B shape at batch 1 ran twice: its policy plan measured 2.821 and 2.584 s, 9%
+// apart, so one run cannot tell plans 5% apart there; the policy is judged on the
+// two runs' mean of each plan.
+const std::vector<Sweep>& H200ProofSweeps() {
+  static const std::vector<Sweep>* sweeps = new std::vector<Sweep>{
+    {"qwen2.5-3b", 4, {53.7, 54.7, 93.1, 3.46e-07, 7.12e-07, 4.42e-06, 3.42e+09, 60.4}, {
+      {4, 1, 1, "device", true, 1.793},  {4, 1, 1, "host", false, 1.781},
+      {4, 1, 2, "device", false, 1.945}, {4, 1, 2, "host", false, 1.761},
+      {2, 2, 1, "device", false, 1.797}, {2, 2, 1, "host", false, 1.967},
+      {2, 2, 2, "device", false, 1.877}, {2, 2, 2, "host", false, 1.850},
+      {1, 4, 1, "device", false, 1.885}, {1, 4, 1, "host", false, 1.835},
+      {1, 4, 2, "device", false, 1.891}, {1, 4, 2, "host", false, 1.932}}},
+    {"qwen2.5-3b", 8, {54.7, 54.8, 89.9, 3.47e-07, 7.15e-07, 4.45e-06, 3.06e+09, 60.6}, {
+      {8, 1, 1, "device", true, 2.524},  {8, 1, 1, "host", false, 2.585},
+      {8, 1, 2, "device", false, 2.578}, {8, 1, 2, "host", false, 2.541},
+      {4, 2, 1, "device", false, 2.518}, {4, 2, 1, "host", false, 2.471},
+      {4, 2, 2, "device", false, 2.511}, {4, 2, 2, "host", false, 2.521},
+      {2, 4, 1, "device", false, 2.541}, {2, 4, 1, "host", false, 3.042},
+      {2, 4, 2, "device", false, 2.778}, {2, 4, 2, "host", false, 2.678},
+      {1, 8, 1, "device", false, 2.741}, {1, 8, 1, "host", false, 2.699},
+      {1, 8, 2, "device", false, 2.672}, {1, 8, 2, "host", false, 2.680}}},
+    {"qwen2.5-3b", 16, {54.2, 55.3, 101.4, 3.47e-07, 7.04e-07, 4.39e-06, 3.76e+09, 69.6}, {
+      {16, 1, 1, "device", false, 4.680}, {16, 1, 1, "host", false, 4.703},
+      {16, 1, 2, "device", false, 4.752}, {16, 1, 2, "host", false, 4.718},
+      {8, 2, 1, "device", true, 4.015},   {8, 2, 1, "host", false, 4.067},
+      {8, 2, 2, "device", false, 4.048},  {8, 2, 2, "host", false, 4.140},
+      {4, 4, 1, "device", false, 4.122},  {4, 4, 1, "host", false, 4.140},
+      {4, 4, 2, "device", false, 4.150},  {4, 4, 2, "host", false, 4.206},
+      {2, 8, 1, "device", false, 4.230},  {2, 8, 1, "host", false, 4.276},
+      {2, 8, 2, "device", false, 4.295},  {2, 8, 2, "host", false, 4.315},
+      {1, 16, 1, "device", false, 4.479}, {1, 16, 1, "host", false, 4.496}}},
+    {"qwen2.5-7b", 1, {55.1, 55.4, 100.8, 8.8e-07, 1.78e-06, 6.32e-06, 4e+09, 66.3}, {
+      {1, 1, 1, "device", true, 2.821},  {1, 1, 1, "host", false, 2.709},
+      {1, 1, 2, "device", false, 2.529}, {1, 1, 2, "host", false, 2.694}}},
+    {"qwen2.5-7b", 1, {55.4, 55.4, 101.5, 8.8e-07, 1.77e-06, 6.31e-06, 4.15e+09, 68.3}, {
+      {1, 1, 1, "device", true, 2.584},  {1, 1, 1, "host", false, 2.767},
+      {1, 1, 2, "device", false, 2.672}, {1, 1, 2, "host", false, 2.659},
+      {1, 1, 3, "device", false, 2.621}, {1, 1, 3, "host", false, 2.604}}},
+    {"qwen2.5-7b", 2, {55.5, 55.4, 101.4, 8.55e-07, 1.7e-06, 6.25e-06, 4.24e+09, 93.5}, {
+      {2, 1, 1, "device", true, 2.766},  {2, 1, 1, "host", false, 2.818},
+      {2, 1, 2, "device", false, 2.813}, {2, 1, 2, "host", false, 2.948},
+      {1, 2, 1, "device", false, 2.962}, {1, 2, 1, "host", false, 2.806},
+      {1, 2, 2, "device", false, 2.860}, {1, 2, 2, "host", false, 3.071}}},
+    {"qwen2.5-7b", 4, {55.5, 55.3, 101.5, 8.29e-07, 1.69e-06, 6.31e-06, 4.29e+09, 65.2}, {
+      {4, 1, 1, "device", true, 3.550},  {4, 1, 1, "host", false, 3.717},
+      {4, 1, 2, "device", false, 3.457}, {4, 1, 2, "host", false, 3.550},
+      {2, 2, 1, "device", false, 3.473}, {2, 2, 1, "host", false, 3.572},
+      {2, 2, 2, "device", false, 3.698}, {2, 2, 2, "host", false, 3.533},
+      {1, 4, 1, "device", false, 3.692}, {1, 4, 1, "host", false, 4.035},
+      {1, 4, 2, "device", false, 3.715}, {1, 4, 2, "host", false, 3.828}}},
+  };
+  return *sweeps;
+}
+
+// Issue 5's criteria on the proof runs: for each of the 6 configurations (2 shapes x 3
+// batches) the policy's plan is predicted within 15% of its measured time and measures
+// within 5% of the best plan of the sweep; and no plan of any sweep is predicted more
+// than 20% off (the largest was 18.3%, an offloaded 7.62B plan).
+TEST(StepModel, PredictsTheH200ProofSweeps) {
+  struct Config {
+    std::string chosen;
+    std::map<std::string, std::vector<double>> measured;  // plan -> one time per run
+    int runs = 0;
+  };
+  std::map<std::pair<std::string, int64_t>, Config> configs;
+  for (const Sweep& sw : H200ProofSweeps()) {
+    const ModelShape shape = ShapeOf(*PresetConfig(sw.model));
+    JobShape job;
+    job.sequences = sw.sequences;
+    job.seq_len = 4096;
+    const Rates rates = RatesOf(shape, job, sw.rates);
+    SearchSpace space;
+    space.prefetch_depths = {1, 2};
+    PlanKnobs base = Knobs(sw.sequences, 1);
+    base.policy.loss_chunk_tokens = 4096;
+    absl::StatusOr<PlanChoice> choice = ChoosePlan(shape, job, base, rates, 0, space);
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    const std::string chosen = DescribeKnobs(choice->knobs);
+    Config& config = configs[{sw.model, sw.sequences}];
+    if (config.runs++ > 0) {
+      EXPECT_EQ(config.chosen, chosen) << "the repeated run's rates changed the plan";
+    }
+    config.chosen = chosen;
+    bool ran_chosen = false;
+    for (const SweepRow& row : sw.rows) {
+      const PlanKnobs k = RowKnobs(row);
+      const double err = PredictStep(shape, job, k, rates).step_seconds / row.measured - 1;
+      SCOPED_TRACE(::testing::Message() << sw.model << " x" << sw.sequences << ": " << DescribeKnobs(k));
+      EXPECT_EQ(row.policy, DescribeKnobs(k) == chosen) << "plan_bench's policy and ChoosePlan's differ";
+      EXPECT_LE(std::abs(err), 0.20);
+      if (DescribeKnobs(k) == chosen) {
+        ran_chosen = true;
+        EXPECT_LE(std::abs(err), 0.15) << "the policy's plan";
+      }
+      config.measured[DescribeKnobs(k)].push_back(row.measured);
+    }
+    EXPECT_TRUE(ran_chosen) << sw.model << " x" << sw.sequences << ": the sweep did not run the policy's plan";
+  }
+  EXPECT_EQ(configs.size(), 6u);
+  for (const auto& [key, config] : configs) {
+    double best = 1e30, chosen = 0;
+    for (const auto& [plan, times] : config.measured) {
+      if (int(times.size()) != config.runs) continue;  // compare plans every run measured
+      double mean = 0;
+      for (double t : times) mean += t / times.size();
+      best = std::min(best, mean);
+      if (plan == config.chosen) chosen = mean;
+    }
+    std::printf("%s x%lld: policy %s %.3f s, best %.3f s (%+.1f%%) over %d run(s)\n", key.first.c_str(),
+                (long long)key.second, config.chosen.c_str(), chosen, best, 100 * (chosen / best - 1), config.runs);
+    EXPECT_LE(chosen / best, 1.05) << key.first << " x" << key.second << ": " << config.chosen;
   }
 }
 
