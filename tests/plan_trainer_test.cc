@@ -91,6 +91,21 @@ TEST(PlanTrainer, RatesMeasuredInSeconds) {
   EXPECT_GE(cal->notes.size(), 3u);
 }
 
+TEST(PlanTrainer, CollectiveBandwidthMeasuredAmongTheJobsWorkers) {
+  TrainConfig c = Tiny();
+  c.workers = 2;
+  absl::StatusOr<Calibration> cal = Calibrate(*PresetConfig("tiny"), c);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  EXPECT_LT(cal->seconds, 10);
+  bool measured = false;
+  for (const std::string& n : cal->notes) measured |= n.rfind("collective ", 0) == 0 && n.find("2 workers") != std::string::npos;
+  EXPECT_TRUE(measured) << "no collective note among " << cal->notes.size();
+  // All-gathers of 4 MB among two threads: some GB/s, not the model's default.
+  EXPECT_GT(cal->rates.collective_gbps, 0.01);
+  EXPECT_LT(cal->rates.collective_gbps, 1000);
+  EXPECT_NE(cal->rates.collective_gbps, DefaultRates(ShapeOf(*PresetConfig("tiny")), JobShapeOf(c)).collective_gbps);
+}
+
 // An out-of-memory in the first step, after the head and one block have landed: the
 // plan shrinks (fewer sequences per micro-batch) and the same step runs again.
 void ExpectRetryMatchesShrunkPlan(double max_grad_norm) {

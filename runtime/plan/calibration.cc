@@ -2,18 +2,22 @@
 #include "runtime/plan/calibration.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/engine/clock.h"
+#include "runtime/engine/communicator.h"
+#include "runtime/engine/nccl_communicator.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/transformer.h"
 #include "runtime/state/adamw.h"
@@ -151,6 +155,45 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
   return t;
 }
 
+// Bus bandwidth of `comm` (GB/s a rank, as the step model's collective_gbps): every
+// rank all-gathers a buffer of `numel` elements, as scatter_allgather does a unit, on
+// its own thread and device, `reps` times after one warm-up; the slowest rank's time
+// counts. Errors are the collective's (NCCL's or the watchdog's) as Internal.
+absl::StatusOr<double> MeasureCollectiveGbps(Communicator& comm, bool cuda, int64_t numel, at::ScalarType dtype,
+                                             int reps) {
+  const int W = comm.world();
+  const int64_t padded = SliceLength(numel, W) * W;
+  std::vector<double> seconds(W, 0.0);
+  std::vector<std::string> errors(W);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < W; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        const at::Device device = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank)) : at::Device(at::kCPU);
+        c10::DeviceGuard guard(device);
+        at::Tensor buf = at::zeros({padded}, at::TensorOptions().device(device).dtype(dtype)).narrow(0, 0, numel);
+        comm.AllGather(rank, buf);
+        Sync(buf);
+        comm.Barrier(rank);
+        const double t0 = MonotonicSeconds();
+        for (int i = 0; i < reps; ++i) comm.AllGather(rank, buf);
+        Sync(buf);
+        seconds[rank] = MonotonicSeconds() - t0;
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  double slowest = 0.0;
+  for (int rank = 0; rank < W; ++rank) {
+    if (!errors[rank].empty()) return absl::InternalError(absl::StrCat("rank ", rank, ": ", errors[rank]));
+    slowest = std::max(slowest, seconds[rank]);
+  }
+  const double bytes = static_cast<double>(numel) * at::elementSize(dtype) * (W - 1) / W * reps;
+  return bytes / std::max(slowest, 1e-9) / 1e9;
+}
+
 }  // namespace
 
 absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfig& config) {
@@ -205,7 +248,26 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
     c.device_total_bytes = mem->total_bytes;
   }
 #endif
-  if (job.workers > 1) c.notes.push_back("collective bandwidth: default (not measured)");
+  if (job.workers > 1) {
+    // The job's own kind of communicator among its W devices; a failure here keeps the
+    // default and says why (the job's workers will meet the same error and report it).
+    const int W = static_cast<int>(job.workers);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        job.cuda ? CreateNcclCommunicator(W, config.collective_timeout_seconds)
+                 : absl::StatusOr<std::unique_ptr<Communicator>>(std::make_unique<HostCommunicator>(W));
+    absl::StatusOr<double> gbps =
+        !comm.ok() ? absl::StatusOr<double>(comm.status())
+        : job.cuda ? MeasureCollectiveGbps(**comm, true, int64_t{64} << 20, at::kBFloat16, 4)
+                   : MeasureCollectiveGbps(**comm, false, int64_t{1} << 20, at::kFloat, 4);
+    if (gbps.ok() && *gbps > 0 && std::isfinite(*gbps)) {
+      r.collective_gbps = *gbps;
+      c.notes.push_back(absl::StrFormat("collective %.1f GB/s a rank (all-gather, %d %s)", r.collective_gbps, W,
+                                        job.cuda ? "GPUs" : "workers"));
+    } else {
+      c.notes.push_back(absl::StrFormat("collective bandwidth: default %.0f GB/s (not measured: %s)", r.collective_gbps,
+                                        gbps.ok() ? "no time" : std::string(gbps.status().message())));
+    }
+  }
   c.seconds = MonotonicSeconds() - t0;
   return c;
 }

@@ -3,7 +3,9 @@
 // bandwidth (a multi-threaded copy), the CPU AdamW rate (runtime/state/adamw.h, the
 // kernel the update pipeline runs), GPU time per token of one decoder block forward,
 // recompute + backward, and of the loss head (on the job's device and dtype), and on
-// CUDA the pinned copy rates each way alone and at once and the free GPU memory. From
+// CUDA the pinned copy rates each way alone and at once and the free GPU memory; with
+// several workers the collective's bus bandwidth (all-gathers among the job's GPUs over
+// NCCL, or its CPU workers over the host communicator, one thread each). From
 // steps: the AdamW rate from the update thread's busy time, the copy rates where the
 // streams were timed, and the GPU times scaled by measured / predicted when the model
 // says the GPU is the bottleneck, each as an exponentially weighted average.
