@@ -5,7 +5,14 @@
 // of a run that used the shrunk plan from the start.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <memory>
+#include <thread>
 
 #include "runtime/engine/fault_injection.h"
 #include "runtime/engine/trainer.h"
@@ -155,6 +162,70 @@ TEST(PlanTrainer, OutOfMemoryWithoutAutoFailsTheStep) {
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(st.status())) << st.status();
 }
+
+// Runs `body` on a thread; a body still running after `seconds` is a hang, which fails
+// the test and ends the process (a hung worker thread cannot be joined).
+void WithinSeconds(double seconds, const std::function<void()>& body) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([body, done] {
+    body();
+    done->set_value();
+  }).detach();
+  if (finished.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+    ADD_FAILURE() << "hung for " << seconds << " s";
+    std::fflush(stdout);
+    std::abort();
+  }
+}
+
+// Two workers, one of which runs out of memory in the middle of step 1 while the other
+// waits for it in a collective (its landing barrier under gather_host, its all-gather
+// under scatter_allgather): the failing worker aborts the collectives, so the other one
+// returns instead of waiting forever, and the step fails with the out-of-memory (not
+// with the other worker's "aborted"), or with policy.auto shrinks and retries.
+class TwoWorkerOutOfMemory : public ::testing::TestWithParam<std::tuple<std::string, std::string, bool>> {};
+
+TEST_P(TwoWorkerOutOfMemory, AbortsTheCollectivesInsteadOfHanging) {
+  const auto [param_route, grad_route, auto_plan] = GetParam();
+  TrainConfig c = Tiny();
+  c.workers = 2;
+  c.micro_batch_size = 2;
+  c.policy.param_route = param_route;
+  c.policy.grad_route = grad_route;
+  c.policy.auto_plan = auto_plan;
+  WithinSeconds(120, [&] {
+    auto t = Trainer::Create(c);
+    ASSERT_TRUE(t.ok()) << t.status();
+    InjectOutOfMemory(/*grad_buffers=*/3);
+    absl::StatusOr<StepStats> st = (*t)->Step();
+    if (auto_plan) {
+      ASSERT_TRUE(st.ok()) << st.status();
+      const PlanReport plan = (*t)->Plan();
+      EXPECT_EQ(plan.oom_retries, 1);
+      for (int s = 1; s < 4; ++s) ASSERT_TRUE((*t)->Step().ok());  // the rebuilt workers' collectives work
+      // Exactly as if the shrunk plan had run from the start: the aborted step's partial
+      // landings left nothing behind.
+      TrainConfig fixed = WithKnobs(c, plan.knobs);
+      fixed.policy.auto_plan = false;
+      EXPECT_EQ((*t)->WeightsDigest(), Train(fixed, 4));
+    } else {
+      ASSERT_FALSE(st.ok());
+      EXPECT_TRUE(absl::IsResourceExhausted(st.status())) << st.status();
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Routes, TwoWorkerOutOfMemory,
+                         ::testing::Values(std::make_tuple("replicate", "gather_host", false),
+                                           std::make_tuple("replicate", "gather_host", true),
+                                           std::make_tuple("scatter_allgather", "reduce_scatter", false),
+                                           std::make_tuple("scatter_allgather", "reduce_scatter", true),
+                                           std::make_tuple("replicate", "reduce_one", true)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) +
+                                  (std::get<2>(info.param) ? "_auto" : "");
+                         });
 
 TEST(PlanTrainer, UsePlanSwitchesTheKnobsOverOneHostState) {
   auto t = Trainer::Create(Tiny());

@@ -2,6 +2,7 @@
 #include "runtime/cuda/nccl_group.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda/cuda_check.h"
@@ -32,12 +33,19 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Create(int world, double t
   std::unique_ptr<NcclGroup> g(new NcclGroup(world, timeout_seconds));
   std::vector<int> devices(world);
   for (int r = 0; r < world; ++r) devices[r] = r;
+  // Connect every peer at init (NCCL >= 2.22 otherwise connects at the first collective,
+  // which then blocks on the host until all ranks arrive, before the watchdog can time
+  // it). A user's own setting wins.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+  int current = 0;
+  SLIDEDP_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
   SLIDEDP_NCCL_RETURN_IF_ERROR(ncclCommInitAll(g->comms_.data(), world, devices.data()));
   for (int r = 0; r < world; ++r) {
     SLIDEDP_CUDA_RETURN_IF_ERROR(cudaSetDevice(r));
     absl::MutexLock lock(&g->mu_);
     SLIDEDP_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&g->pending_[r].event, cudaEventDisableTiming));
   }
+  SLIDEDP_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));  // the caller's device, as it was
   g->watchdog_ = std::thread([p = g.get()] { p->Watch(); });
   return g;
 }

@@ -44,8 +44,12 @@ class NcclGroup {
   absl::Status Reduce(int rank, const void* in, void* out, size_t count, ncclDataType_t type, int root,
                       cudaStream_t stream);
 
-  // OK, or the first asynchronous error / timeout the watchdog saw.
+  // OK, or the first asynchronous error / timeout the watchdog saw, or Abort's reason.
   absl::Status health() const;
+
+  // Aborts every communicator (as the watchdog does on an error): pending collectives
+  // return, later calls fail with `why`. For a rank that failed and will issue no more.
+  void Abort(absl::Status why) { Fail(std::move(why)); }
 
  private:
   NcclGroup(int world, double timeout_seconds);

@@ -4,6 +4,8 @@
 // reuses a buffer another is still reading.
 #include "runtime/engine/communicator.h"
 
+#include <stdexcept>
+
 namespace slidedp {
 
 int64_t SliceLength(int64_t n, int world) { return (n + world - 1) / world; }
@@ -19,14 +21,21 @@ HostCommunicator::HostCommunicator(int world) : world_(world), posted_(world) {}
 
 void HostCommunicator::Barrier(int rank) {
   absl::MutexLock lock(&mu_);
+  if (aborted_) throw std::runtime_error(kPeerAbortedMessage);
   const int64_t gen = generation_;
   if (++arrived_ == world_) {
     arrived_ = 0;
     ++generation_;
     return;
   }
-  auto passed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return generation_ != gen; };
+  auto passed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return generation_ != gen || aborted_; };
   mu_.Await(absl::Condition(&passed));
+  if (generation_ == gen) throw std::runtime_error(kPeerAbortedMessage);
+}
+
+void HostCommunicator::Abort() {
+  absl::MutexLock lock(&mu_);
+  aborted_ = true;
 }
 
 void HostCommunicator::AllGather(int rank, at::Tensor buf) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
 namespace slidedp {
@@ -36,7 +37,21 @@ class Communicator {
 
   // Returns once every rank has called it.
   virtual void Barrier(int rank) = 0;
+
+  // A rank that failed and will make no more calls: every rank's waiting and later calls
+  // throw std::runtime_error with kPeerAbortedMessage instead of waiting for it. Any
+  // thread, any time; the communicator stays aborted (the trainer builds a new one).
+  virtual void Abort() = 0;
+
+  // OK, or the error that failed the collectives (an asynchronous NCCL error, a
+  // timeout, an abort): a landing checks it after its copy, since an aborted
+  // collective returns with its output incomplete.
+  virtual absl::Status Health() { return absl::OkStatus(); }
 };
+
+// The message of a collective that another rank aborted (Communicator::Abort): the
+// failure is that rank's, so the trainer reports that rank's error before these.
+inline constexpr const char* kPeerAbortedMessage = "collective aborted: another worker failed";
 
 class HostCommunicator final : public Communicator {
  public:
@@ -46,6 +61,7 @@ class HostCommunicator final : public Communicator {
   void ReduceScatter(int rank, const at::Tensor& in, at::Tensor out) override;
   void Reduce(int rank, const at::Tensor& in, at::Tensor out, int root) override;
   void Barrier(int rank) override;
+  void Abort() override;
 
  private:
   const int world_;
@@ -53,6 +69,7 @@ class HostCommunicator final : public Communicator {
   absl::Mutex mu_;
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace slidedp

@@ -59,6 +59,13 @@ class NcclCommunicator final : public Communicator {
 
   void Barrier(int rank) override { barrier_.Barrier(rank); }
 
+  void Abort() override {
+    barrier_.Abort();
+    group_->Abort(absl::AbortedError(kPeerAbortedMessage));
+  }
+
+  absl::Status Health() override { return group_->health(); }
+
  private:
   std::unique_ptr<NcclGroup> group_;
   HostCommunicator barrier_;

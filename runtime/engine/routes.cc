@@ -143,6 +143,10 @@ absl::Status CompleteGradLanding(GradRoute route, int rank, RouteShared& shared,
                                  const Landing& l, const LandingBuffers& bufs, DeviceStreams& streams,
                                  UpdatePipeline& pipeline) {
   streams.HostWait(l.copied);
+  // An aborted or failed collective returns with its output incomplete: land nothing.
+  if (shared.comm != nullptr) {
+    if (absl::Status h = shared.comm->Health(); !h.ok()) return h;
+  }
   const int world = shared.world;
   const int u = l.unit;
   if (!DeviceReducesGradient(route, world)) {

@@ -133,8 +133,12 @@ absl::StatusOr<WorkerStepResult> Worker::RunStep(int64_t step, const WorkerBatch
   } catch (const std::exception& e) {
     error = FromException(e);
   }
+  // This worker will not reach its remaining collectives: the others must not wait for
+  // it (nor this worker's landings for theirs).
+  if (!error.ok()) AbortCollectives();
   // Every landing of the step is complete (or failed) before the step ends.
   absl::Status landed = lander_.WaitIdle();
+  if (!landed.ok()) AbortCollectives();
   if (!error.ok()) return error;
   if (!landed.ok()) return landed;
   try {
@@ -158,8 +162,14 @@ absl::StatusOr<WorkerStepResult> Worker::RunEval(int64_t step, const WorkerBatch
     spans_.clear();  // not traced: the trace shows the steps
     return r;
   } catch (const std::exception& e) {
+    AbortCollectives();
     return FromException(e);
   }
+}
+
+void Worker::AbortCollectives() {
+  shared_->land_comm.Abort();
+  if (shared_->comm != nullptr) shared_->comm->Abort();
 }
 
 WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv_tokens) {

@@ -62,7 +62,9 @@ class Worker {
 
   // Runs this worker's part of step `step` (0-based). `inv_tokens` is 1 / the number of
   // target tokens in the whole global batch, so that the gradients summed over workers
-  // are those of the global mean loss. LibTorch, CUDA and NCCL errors become a status.
+  // are those of the global mean loss. LibTorch, CUDA and NCCL errors become a status,
+  // and abort the job's collectives so that the other workers return too (with
+  // kPeerAbortedMessage) rather than wait for this one.
   absl::StatusOr<WorkerStepResult> RunStep(int64_t step, const WorkerBatch& batch, double inv_tokens);
 
   // Forward only, between steps: the loss of `batch` with the weights after `step`
@@ -78,6 +80,8 @@ class Worker {
          StepTrace* trace);
   WorkerStepResult Step(int64_t step, const WorkerBatch& batch, double inv_tokens);
   WorkerStepResult Eval(int64_t step, const WorkerBatch& batch);
+  // This worker failed: the others' collectives and landing barriers fail instead of waiting.
+  void AbortCollectives();
 
   // A WorkerBatch on the device (copied asynchronously through pinned memory), with
   // each micro-batch's token layout (RoPE tables, document starts).

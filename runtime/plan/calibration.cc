@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/engine/clock.h"
@@ -158,7 +159,8 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
 // Bus bandwidth of `comm` (GB/s a rank, as the step model's collective_gbps): every
 // rank all-gathers a buffer of `numel` elements, as scatter_allgather does a unit, on
 // its own thread and device, `reps` times after one warm-up; the slowest rank's time
-// counts. Errors are the collective's (NCCL's or the watchdog's) as Internal.
+// counts. Errors are the collective's (NCCL's or the watchdog's) as Internal; a rank that
+// fails aborts the communicator so that the others return.
 absl::StatusOr<double> MeasureCollectiveGbps(Communicator& comm, bool cuda, int64_t numel, at::ScalarType dtype,
                                              int reps) {
   const int W = comm.world();
@@ -181,15 +183,19 @@ absl::StatusOr<double> MeasureCollectiveGbps(Communicator& comm, bool cuda, int6
         seconds[rank] = MonotonicSeconds() - t0;
       } catch (const std::exception& e) {
         errors[rank] = e.what();
+        comm.Abort();  // the other ranks must not wait for this one
       }
     });
   }
   for (std::thread& t : threads) t.join();
   double slowest = 0.0;
-  for (int rank = 0; rank < W; ++rank) {
-    if (!errors[rank].empty()) return absl::InternalError(absl::StrCat("rank ", rank, ": ", errors[rank]));
-    slowest = std::max(slowest, seconds[rank]);
+  for (int pass = 0; pass < 2; ++pass) {  // a rank's own error before another's "aborted"
+    for (int rank = 0; rank < W; ++rank) {
+      if (errors[rank].empty() || (pass == 0 && absl::StrContains(errors[rank], kPeerAbortedMessage))) continue;
+      return absl::InternalError(absl::StrCat("rank ", rank, ": ", errors[rank]));
+    }
   }
+  for (int rank = 0; rank < W; ++rank) slowest = std::max(slowest, seconds[rank]);
   const double bytes = static_cast<double>(numel) * at::elementSize(dtype) * (W - 1) / W * reps;
   return bytes / std::max(slowest, 1e-9) / 1e9;
 }
@@ -253,7 +259,7 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
     // default and says why (the job's workers will meet the same error and report it).
     const int W = static_cast<int>(job.workers);
     absl::StatusOr<std::unique_ptr<Communicator>> comm =
-        job.cuda ? CreateNcclCommunicator(W, config.collective_timeout_seconds)
+        job.cuda ? CreateNcclCommunicator(W, std::min(60.0, config.collective_timeout_seconds))
                  : absl::StatusOr<std::unique_ptr<Communicator>>(std::make_unique<HostCommunicator>(W));
     absl::StatusOr<double> gbps =
         !comm.ok() ? absl::StatusOr<double>(comm.status())
