@@ -54,10 +54,20 @@ NcclGroup::~NcclGroup() {
   stop_ = true;
   if (watchdog_.joinable()) watchdog_.join();
   absl::MutexLock lock(&mu_);
+  // A collective still running (a peer that never joined it) would block
+  // ncclCommDestroy forever: abort the communicators then.
+  bool stuck = false;
+  for (const Pending& p : pending_) {
+    if (p.active && p.event != nullptr && cudaEventQuery(p.event) == cudaErrorNotReady) stuck = true;
+  }
   for (ncclComm_t c : comms_) {
     if (c == nullptr) continue;
     if (aborted_) continue;  // already aborted by the watchdog
-    ncclCommDestroy(c);
+    if (stuck) {
+      ncclCommAbort(c);
+    } else {
+      ncclCommDestroy(c);
+    }
   }
   for (Pending& p : pending_) {
     if (p.event != nullptr) cudaEventDestroy(p.event);

@@ -31,7 +31,9 @@ class NcclGroup {
  public:
   // Communicators for GPUs 0..world-1. `timeout_seconds` bounds each collective.
   static absl::StatusOr<std::unique_ptr<NcclGroup>> Create(int world, double timeout_seconds);
-  ~NcclGroup();  // stops the watchdog, destroys (or, after an error, aborts) the communicators
+  // Stops the watchdog; destroys the communicators, or aborts them after an error or
+  // while a collective is stuck.
+  ~NcclGroup();
 
   int world() const { return world_; }
 
