@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "absl/strings/match.h"
+
 namespace slidedp {
 
 int64_t SliceLength(int64_t n, int world) { return (n + world - 1) / world; }
@@ -15,6 +17,19 @@ std::pair<int64_t, int64_t> SliceOf(int64_t n, int world, int rank) {
   // reduce-scatter move equal counts per rank over a buffer padded to world * slice.
   const int64_t slice = SliceLength(n, world);
   return {std::min(n, rank * slice), std::min(n, (rank + 1) * slice)};
+}
+
+int FailureToReport(const std::vector<absl::Status>& per_rank) {
+  auto order = [](const absl::Status& s) {
+    if (absl::IsResourceExhausted(s)) return 0;
+    return absl::StrContains(s.message(), kPeerAbortedMessage) ? 2 : 1;
+  };
+  int failed = -1;
+  for (int r = 0; r < static_cast<int>(per_rank.size()); ++r) {
+    if (per_rank[r].ok()) continue;
+    if (failed < 0 || order(per_rank[r]) < order(per_rank[failed])) failed = r;
+  }
+  return failed;
 }
 
 HostCommunicator::HostCommunicator(int world) : world_(world), posted_(world) {}

@@ -53,6 +53,11 @@ class Communicator {
 // failure is that rank's, so the trainer reports that rank's error before these.
 inline constexpr const char* kPeerAbortedMessage = "collective aborted: another worker failed";
 
+// Of the W ranks' results, the index of the one to report, or -1 if all are OK: an
+// out-of-memory first (the policy shrinks the plan on it), then the first rank's own
+// failure, and only then a collective that another rank aborted.
+int FailureToReport(const std::vector<absl::Status>& per_rank);
+
 class HostCommunicator final : public Communicator {
  public:
   explicit HostCommunicator(int world);

@@ -16,7 +16,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include <ATen/Context.h>
 #include "runtime/data/dataset.h"
 #include "runtime/engine/batch_tensors.h"
@@ -278,19 +277,9 @@ absl::StatusOr<std::vector<WorkerStepResult>> EngineTrainer::OnEveryWorker(
     threads.emplace_back([&, w] { results[w] = run(static_cast<int>(w)); });
   }
   for (std::thread& t : threads) t.join();
-  // The error to report: an out-of-memory first (the policy shrinks the plan on it),
-  // then the first worker's own failure, and only then a worker's collective aborted
-  // because another failed.
-  int failed = -1;
-  auto rank_of = [](const absl::Status& s) {
-    if (absl::IsResourceExhausted(s)) return 0;
-    return absl::StrContains(s.message(), kPeerAbortedMessage) ? 2 : 1;
-  };
-  for (size_t w = 0; w < results.size(); ++w) {
-    if (results[w].ok()) continue;
-    if (failed < 0 || rank_of(results[w].status()) < rank_of(results[failed].status())) failed = static_cast<int>(w);
-  }
-  if (failed >= 0) {
+  std::vector<absl::Status> statuses;
+  for (const absl::StatusOr<WorkerStepResult>& r : results) statuses.push_back(r.status());
+  if (const int failed = FailureToReport(statuses); failed >= 0) {
     const absl::Status& s = results[failed].status();
     return absl::Status(s.code(), absl::StrCat(what, ", worker ", failed, ": ", s.message()));
   }

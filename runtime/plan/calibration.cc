@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/engine/clock.h"
@@ -166,7 +165,7 @@ absl::StatusOr<double> MeasureCollectiveGbps(Communicator& comm, bool cuda, int6
   const int W = comm.world();
   const int64_t padded = SliceLength(numel, W) * W;
   std::vector<double> seconds(W, 0.0);
-  std::vector<std::string> errors(W);
+  std::vector<absl::Status> errors(W);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < W; ++rank) {
     threads.emplace_back([&, rank] {
@@ -182,19 +181,14 @@ absl::StatusOr<double> MeasureCollectiveGbps(Communicator& comm, bool cuda, int6
         Sync(buf);
         seconds[rank] = MonotonicSeconds() - t0;
       } catch (const std::exception& e) {
-        errors[rank] = e.what();
+        errors[rank] = absl::InternalError(absl::StrCat("rank ", rank, ": ", e.what()));
         comm.Abort();  // the other ranks must not wait for this one
       }
     });
   }
   for (std::thread& t : threads) t.join();
+  if (const int failed = FailureToReport(errors); failed >= 0) return errors[failed];
   double slowest = 0.0;
-  for (int pass = 0; pass < 2; ++pass) {  // a rank's own error before another's "aborted"
-    for (int rank = 0; rank < W; ++rank) {
-      if (errors[rank].empty() || (pass == 0 && absl::StrContains(errors[rank], kPeerAbortedMessage))) continue;
-      return absl::InternalError(absl::StrCat("rank ", rank, ": ", errors[rank]));
-    }
-  }
   for (int rank = 0; rank < W; ++rank) slowest = std::max(slowest, seconds[rank]);
   const double bytes = static_cast<double>(numel) * at::elementSize(dtype) * (W - 1) / W * reps;
   return bytes / std::max(slowest, 1e-9) / 1e9;
