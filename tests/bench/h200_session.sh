@@ -31,6 +31,21 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.t
 free -g >> "$R/gpu.txt"
 B=build-gpu/tests/bench
 SB="$B/step_bench --model=qwen2.5-3b --steps=4 --prefetch=2"
+# Issue 8's scaling runs: MODEL at W = 1, 2, 4 (as many as there are GPUs), 8 sequences of
+# 4096 a step, W = 1 with replicate/gather_host and W > 1 with each of ROUTES, one host
+# state per W; nvidia-smi dmon's PCIe samples of each W in $R/DMON$W.log.
+scale() { # MODEL DMON ROUTES
+  local G W routes d; G=$(nvidia-smi -L | wc -l)
+  for W in 1 2 4; do
+    (( W > G )) && break
+    routes=replicate/gather_host; (( W > 1 )) && routes=$3
+    nvidia-smi dmon -s t -d 1 -o T > "$R/$2$W.log" 2>&1 & d=$!
+    "$B"/step_bench --model="$1" --workers=$W --micro_batch_size=4 --grad_accum=$((8 / W)) \
+      --steps=3 --prefetch=2 --routes=$routes
+    kill $d
+  done
+}
+export -f scale; export R B
 for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k bench16}; do
   case $s in
     build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench plan_bench}" \
@@ -72,32 +87,14 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              --prefetch=${PLAN_PREFETCH:-1,2} --activations=${PLAN_ACTIVATIONS:-device,host} ;;
     multitests) TAILN=40 step multitests 300 build-gpu/tests/slidedp_runtime_tests \
              --gtest_filter='*CudaMultiGpu*:EngineExactness*' ;;
-    scale7b) TAILN=30 step scale7b 560 bash -c '
-           G=$(nvidia-smi -L | wc -l)
-           for W in 1 2 4; do
-             (( W > G )) && break
-             routes=replicate/gather_host
-             (( W > 1 )) && routes=replicate/gather_host,replicate/reduce_scatter,replicate/reduce_one,scatter_allgather/gather_host,scatter_allgather/reduce_scatter,scatter_allgather/reduce_one
-             nvidia-smi dmon -s t -d 1 -o T > '"$R"'/dmon_w$W.log 2>&1 & d=$!
-             '"$B"'/step_bench --model=qwen2.5-7b --workers=$W --micro_batch_size=4 --grad_accum=$((8 / W)) \
-               --steps=3 --prefetch=2 --routes=$routes
-             kill $d
-           done' ;;
-    scale14b) TAILN=30 step scale14b 560 bash -c '
-           # qwen3-14b: 14.77B params, 207 GB of host state at 14 B a parameter, 248 GiB with
-           # gather_host'"'"'s fp32 gradient: the 4-GPU host (512 GiB). Its MemTotal starts small
-           # and grows with use (KINDS.md), so the GPU count decides.
-           G=$(nvidia-smi -L | wc -l)
-           (( G < 4 )) && { echo "scale14b: $G GPU(s); the 14B state needs the 4-GPU host'"'"'s memory; skipped"; exit 0; }
-           for W in 1 2 4; do
-             (( W > G )) && break
-             routes=replicate/gather_host
-             (( W > 1 )) && routes=replicate/reduce_scatter,scatter_allgather/reduce_scatter,scatter_allgather/gather_host
-             nvidia-smi dmon -s t -d 1 -o T > '"$R"'/dmon14_w$W.log 2>&1 & d=$!
-             '"$B"'/step_bench --model=qwen3-14b --workers=$W --micro_batch_size=4 --grad_accum=$((8 / W)) \
-               --steps=3 --prefetch=2 --routes=$routes
-             kill $d
-           done' ;;
+    scale7b) TAILN=30 step scale7b 560 bash -c 'scale qwen2.5-7b dmon_w \
+               replicate/gather_host,replicate/reduce_scatter,replicate/reduce_one,scatter_allgather/gather_host,scatter_allgather/reduce_scatter,scatter_allgather/reduce_one' ;;
+    # qwen3-14b: 14.77B params, 207 GB of host state at 14 B a parameter, 248 GiB with
+    # gather_host's fp32 gradient: the 4-GPU host (512 GiB). Its MemTotal starts small and
+    # grows with use (KINDS.md), so the GPU count decides.
+    scale14b) if (( $(nvidia-smi -L | wc -l) < 4 )); then log "SKIP scale14b (the 14B state needs the 4-GPU host's memory)"
+              else TAILN=30 step scale14b 560 bash -c 'scale qwen3-14b dmon14_w \
+                     replicate/reduce_scatter,scatter_allgather/reduce_scatter,scatter_allgather/gather_host'; fi ;;
     fsdp2multi) TAILN=12 step fsdp2multi 300 bash -c '
            G=$(nvidia-smi -L | wc -l)
            for W in 2 4; do
