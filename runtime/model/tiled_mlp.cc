@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "runtime/model/fused_ops.h"
+
 namespace slidedp {
 namespace {
 
@@ -19,8 +21,13 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
+// silu(gate) * up: one fused kernel on the CUDA device (fused_ops.h), ATen's on the CPU.
+at::Tensor Swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  return UseFusedOps(gate) ? FusedSwiglu(gate, up) : at::silu(gate) * up;
+}
+
 at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h) {
-  return Linear(at::silu(Linear(h, w.gate_w, w.gate_b)) * Linear(h, w.up_w, w.up_b), w.down_w, w.down_b);
+  return Linear(Swiglu(Linear(h, w.gate_w, w.gate_b), Linear(h, w.up_w, w.up_b)), w.down_w, w.down_b);
 }
 
 // Forward only (no graph), tile by tile into one output.

@@ -10,6 +10,7 @@
 #include <torch/version.h>
 
 #include "runtime/data/dataset.h"
+#include "runtime/model/fused_ops.h"
 #include "runtime/model/tiled_mlp.h"
 
 namespace slidedp {
@@ -187,6 +188,7 @@ RopeTables MakeRope(const ModelConfig& c, int64_t seq_len, const at::Device& dev
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (UseFusedOps(x) && weight.scalar_type() == at::kBFloat16) return FusedRmsNorm(x, weight, eps);
   at::Tensor h = x.to(at::kFloat);
   at::Tensor var = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(var + eps);
@@ -221,8 +223,44 @@ TokenLayout DocumentLayout(const ModelConfig& c, const at::Tensor& positions, co
   return layout;
 }
 
+namespace {
+
+// BlockForward with the fused kernels (fused_ops.h): the same math, with RMSNorm, the
+// residual add before the post-attention norm, RoPE and (in TiledMlp) SwiGLU each one
+// kernel. RoPE takes the projections in their [B, T, heads, D] layout and writes
+// attention's [B, heads, T, D], so no transposed copies are made.
+at::Tensor FusedBlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
+                             const TokenLayout& layout, int64_t mlp_tile) {
+  const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
+  const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
+
+  at::Tensor h = FusedRmsNorm(x, p.input_norm, c.rms_norm_eps);
+  at::Tensor q = Linear(h, p.q_w, p.q_b).view({B, T, nh, D});
+  at::Tensor k = Linear(h, p.k_w, p.k_b).view({B, T, nkv, D});
+  at::Tensor v = Linear(h, p.v_w, p.v_b).view({B, T, nkv, D}).transpose(1, 2);
+  if (c.qk_norm) {
+    q = FusedRmsNorm(q, p.q_norm, c.rms_norm_eps);
+    k = FusedRmsNorm(k, p.k_norm, c.rms_norm_eps);
+  }
+  // fp32 tables, [T', D] shared or [B, 1, T, D] per token.
+  q = FusedRope(q, layout.rope.cos, layout.rope.sin);
+  k = FusedRope(k, layout.rope.cos, layout.rope.sin);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor a = layout.doc_starts.empty() ? GroupedAttention(q, k, v, scale)
+                                           : DocumentAttention(q, k, v, layout.doc_starts, scale);
+  a = a.transpose(1, 2).reshape({B, T, nh * D});
+  auto [x1, h2] = FusedAddRmsNorm(x, Linear(a, p.o_w, p.o_b), p.post_norm, c.rms_norm_eps);
+  const MlpWeights mlp{p.gate_w, p.gate_b, p.up_w, p.up_b, p.down_w, p.down_b};
+  return x1 + TiledMlp(mlp, h2, mlp_tile);
+}
+
+}  // namespace
+
 at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
                         const TokenLayout& layout, int64_t mlp_tile) {
+  if (UseFusedOps(x) && p.input_norm.scalar_type() == at::kBFloat16) {
+    return FusedBlockForward(c, p, x, layout, mlp_tile);
+  }
   const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
 

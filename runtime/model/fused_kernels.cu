@@ -1,0 +1,182 @@
+// CUDA kernels of fused_kernels.h: a warp per row for RMSNorm (its sums in warp
+// shuffles; the weight gradient in per-block fp32 partials in shared memory), one thread
+// per rotated pair for RoPE, a grid-stride loop for SwiGLU. bf16 in and out, fp32 math.
+// Launched on the caller's stream; no synchronization here.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "runtime/model/fused_kernels.h"
+
+namespace slidedp::fused::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+__device__ __forceinline__ float ToF(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+__device__ __forceinline__ uint16_t ToB(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+__device__ __forceinline__ float Round(float f) { return ToF(ToB(f)); }
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void RmsNormKernel(RmsNormArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= a.rows) return;
+  const int64_t o = row * a.cols;
+  float ss = 0.0f;
+  for (int64_t c = lane; c < a.cols; c += 32) {
+    float v = ToF(a.x[o + c]);
+    if (a.residual != nullptr) {
+      v = Round(v + ToF(a.residual[o + c]));
+      a.sum[o + c] = ToB(v);
+    }
+    ss += v * v;
+  }
+  ss = WarpSum(ss);
+  const float rstd = rsqrtf(ss / static_cast<float>(a.cols) + a.eps);
+  if (lane == 0) a.rstd[row] = rstd;
+  const uint16_t* s = a.residual != nullptr ? a.sum : a.x;
+  for (int64_t c = lane; c < a.cols; c += 32) {
+    a.y[o + c] = ToB(ToF(a.w[c]) * Round(ToF(s[o + c]) * rstd));
+  }
+}
+
+__global__ void RmsNormBackwardKernel(RmsNormGradArgs a) {
+  extern __shared__ float dw[];  // [cols], this block's partial
+  for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) dw[c] = 0.0f;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+       row < a.rows; row += stride) {
+    const int64_t o = row * a.cols;
+    const float rstd = a.rstd[row];
+    float dot = 0.0f;
+    for (int64_t c = lane; c < a.cols; c += 32) {
+      const float n = ToF(a.s[o + c]) * rstd;
+      const float dy = ToF(a.dy[o + c]);
+      dot += dy * ToF(a.w[c]) * n;
+      atomicAdd(&dw[c], dy * Round(n));
+    }
+    const float mean = WarpSum(dot) / static_cast<float>(a.cols);
+    for (int64_t c = lane; c < a.cols; c += 32) {
+      const float n = ToF(a.s[o + c]) * rstd;
+      float g = rstd * (ToF(a.dy[o + c]) * ToF(a.w[c]) - n * mean);
+      if (a.dsum != nullptr) g += ToF(a.dsum[o + c]);
+      a.dx[o + c] = ToB(g);
+    }
+  }
+  __syncthreads();
+  float* out = a.dw_partial + static_cast<int64_t>(blockIdx.x) * a.cols;
+  for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) out[c] = dw[c];
+}
+
+__global__ void RopeKernel(RopeArgs a) {
+  const int64_t half = a.D / 2;
+  const int64_t total = a.B * a.H * a.T * half;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // k = ((b * T + t) * H + h) * half + i: neighbouring threads read neighbouring
+    // elements of one token's heads.
+    const int64_t i = k % half;
+    const int64_t h = (k / half) % a.H;
+    const int64_t bt = k / (half * a.H);
+    const int64_t t = bt % a.T, b = bt / a.T;
+    const uint16_t* in = a.in + b * a.in_b + h * a.in_h + t * a.in_t;
+    uint16_t* out = a.out + b * a.out_b + h * a.out_h + t * a.out_t;
+    const int64_t row = (b * a.table_row_b + t) * a.D;
+    const float c1 = Round(a.cos[row + i]), s1 = Round(a.sin[row + i]);
+    const float c2 = Round(a.cos[row + i + half]), s2 = Round(a.sin[row + i + half]);
+    const float x1 = ToF(in[i]), x2 = ToF(in[i + half]);
+    if (!a.backward) {
+      out[i] = ToB(x1 * c1 - x2 * s1);
+      out[i + half] = ToB(x2 * c2 + x1 * s2);
+    } else {
+      out[i] = ToB(x1 * c1 + x2 * s2);
+      out[i + half] = ToB(x2 * c2 - x1 * s1);
+    }
+  }
+}
+
+__device__ __forceinline__ float Sigmoid(float g) { return 1.0f / (1.0f + __expf(-g)); }
+
+__global__ void SwigluKernel(SwigluArgs a) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = ToF(a.gate[i]);
+    a.out[i] = ToB(g * Sigmoid(g) * ToF(a.up[i]));
+  }
+}
+
+__global__ void SwigluBackwardKernel(SwigluGradArgs a) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = ToF(a.gate[i]), u = ToF(a.up[i]), dy = ToF(a.dy[i]);
+    const float sg = Sigmoid(g);
+    a.dgate[i] = ToB(dy * u * sg * (1.0f + g * (1.0f - sg)));
+    a.dup[i] = ToB(dy * g * sg);
+  }
+}
+
+int GridFor(int64_t work, int threads) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<int>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
+}
+
+const char* Launched(const char* what) {
+  return cudaGetLastError() == cudaSuccess ? nullptr : what;
+}
+
+}  // namespace
+
+const char* RmsNorm(const RmsNormArgs& a, void* stream) {
+  const int64_t blocks = (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (blocks == 0) return nullptr;
+  RmsNormKernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0,
+                  static_cast<cudaStream_t>(stream)>>>(a);
+  return Launched("RmsNormKernel launch");
+}
+
+int RmsNormBackwardParts(int64_t rows) {
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<int>(blocks < 132 * 4 ? (blocks > 0 ? blocks : 1) : 132 * 4);
+}
+
+const char* RmsNormBackward(const RmsNormGradArgs& a, void* stream) {
+  const size_t shared = static_cast<size_t>(a.cols) * sizeof(float);
+  if (shared > 48 * 1024 &&
+      cudaFuncSetAttribute(RmsNormBackwardKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared)) != cudaSuccess) {
+    return "cudaFuncSetAttribute(RmsNormBackwardKernel, MaxDynamicSharedMemorySize)";
+  }
+  RmsNormBackwardKernel<<<a.parts, 32 * kWarpsPerBlock, shared, static_cast<cudaStream_t>(stream)>>>(a);
+  return Launched("RmsNormBackwardKernel launch");
+}
+
+const char* Rope(const RopeArgs& a, void* stream) {
+  const int64_t total = a.B * a.H * a.T * (a.D / 2);
+  if (total == 0) return nullptr;
+  RopeKernel<<<GridFor(total, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return Launched("RopeKernel launch");
+}
+
+const char* Swiglu(const SwigluArgs& a, void* stream) {
+  if (a.n == 0) return nullptr;
+  SwigluKernel<<<GridFor(a.n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return Launched("SwigluKernel launch");
+}
+
+const char* SwigluBackward(const SwigluGradArgs& a, void* stream) {
+  if (a.n == 0) return nullptr;
+  SwigluBackwardKernel<<<GridFor(a.n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return Launched("SwigluBackwardKernel launch");
+}
+
+}  // namespace slidedp::fused::cuda

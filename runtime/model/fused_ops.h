@@ -1,0 +1,38 @@
+// The fused elementwise parts of a decoder block as autograd-aware ATen functions:
+// RMSNorm (optionally with the residual add before it), RoPE and SwiGLU, each one
+// kernel forward and one backward (fused_kernels.h) instead of ATen's chains of
+// elementwise kernels and casts. Used by transformer.cc on the CUDA device; the CPU
+// device keeps the ATen composition, which stays the exact reference. On CPU tensors
+// these run the kernels' C++ reference (for tests). Called from a worker's thread on
+// its current stream.
+#pragma once
+
+#include <utility>
+
+#include <ATen/ATen.h>
+
+namespace slidedp {
+
+// True when the fused kernels serve `x`: a bf16 CUDA tensor, a build with the CUDA
+// kernels, and SLIDEDP_FUSED not set to 0 (the switch for A/B runs).
+bool UseFusedOps(const at::Tensor& x);
+// Turns the fused path on or off for the whole process (tests and A/B benchmarks; the
+// default comes from SLIDEDP_FUSED).
+void EnableFusedOps(bool on);
+
+// Hugging Face's RMSNorm (weight * bf16(x * rstd)) of bf16 x [..., C] with weight [C].
+at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// (s, RmsNorm(s)) with s = x + residual in bf16, in one pass.
+std::pair<at::Tensor, at::Tensor> FusedAddRmsNorm(const at::Tensor& x, const at::Tensor& residual,
+                                                  const at::Tensor& weight, double eps);
+
+// RoPE of x [B, T, heads, D] (the projection's layout) with fp32 tables cos/sin [T', D]
+// (positions 0..T-1 used) or [B, 1, T, D] (per token); returns [B, heads, T, D]
+// contiguous, attention's layout.
+at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+// silu(gate) * up.
+at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up);
+
+}  // namespace slidedp
