@@ -137,40 +137,50 @@ TEST(FusedOps, SwigluMatchesAten) {
   }
 }
 
-// A whole Qwen3-style block (q/k norm, GQA) on the GPU, fused against ATen's ops.
-TEST(FusedOps, CudaBlockFusedMatchesUnfused) {
+// A whole Qwen3-style block (q/k norm, GQA, QKV bias) on the GPU: fused bf16 and ATen's
+// bf16 ops, each against the same block in fp32. bf16 gradients that are sums over many
+// positions (the biases) carry errors of several bf16 units whichever way they are
+// rounded, so the criterion is relative to ATen's own bf16 error: the fused block may
+// be at most 1.5x as far from fp32 as ATen's composition is (plus 0.5% of the value's
+// scale), output, input gradient and every parameter's gradient.
+TEST(FusedOps, CudaBlockIsAsCloseToFp32AsAtensBf16Block) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device in this build or machine";
   at::manual_seed(5);
   ModelConfig c = PresetConfig("tiny").value();
   c.qk_norm = true;
+  c.qkv_bias = true;
   const ModelLayout layout = BuildLayout(c);
   const UnitLayout& unit = layout.units[1];
   const at::Device dev(at::kCUDA, 0);
-  const at::Tensor flat0 = (at::randn({unit.numel}) * 0.05).to(at::kBFloat16).to(dev);
+  const at::Tensor flat0 = (at::randn({unit.numel}) * 0.05).to(dev);
   const int64_t B = 2, T = 64;
-  const at::Tensor x0 = Randn({B, T, c.hidden_size}, dev), gy = Randn({B, T, c.hidden_size}, dev);
+  const at::Tensor x0 = at::randn({B, T, c.hidden_size}).to(dev), gy = at::randn({B, T, c.hidden_size}).to(dev);
   TokenLayout tokens;
   tokens.rope = MakeRope(c, T, dev);
-  auto run = [&](bool fused, at::Tensor* dx, at::Tensor* dflat) {
-    EnableFusedOps(fused);
-    at::Tensor flat = Leaf(flat0), x = Leaf(x0);
-    const BlockParams p = ViewBlock(unit, flat);
-    at::Tensor y = BlockForward(c, p, x, tokens);
-    y.backward(gy);
-    *dx = x.grad();
-    *dflat = flat.grad();
-    return y;
+  struct Out {
+    at::Tensor y, dx, dflat;
   };
-  at::Tensor dx_a, dflat_a, dx_f, dflat_f;
-  const at::Tensor ya = run(false, &dx_a, &dflat_a);
-  const at::Tensor yf = run(true, &dx_f, &dflat_f);
+  auto run = [&](bool fused, at::ScalarType dtype) {
+    EnableFusedOps(fused);
+    at::Tensor flat = Leaf(flat0.to(dtype)), x = Leaf(x0.to(dtype));
+    at::Tensor y = BlockForward(c, ViewBlock(unit, flat), x, tokens);
+    y.backward(gy.to(dtype));
+    return Out{y.to(at::kFloat), x.grad().to(at::kFloat), flat.grad().to(at::kFloat)};
+  };
+  const Out ref = run(false, at::kFloat), aten = run(false, at::kBFloat16), fused = run(true, at::kBFloat16);
   EnableFusedOps(true);
-  ExpectClose(yf, ya, "block y");
-  ExpectClose(dx_f, dx_a, "block dx");
-  for (size_t i = 0; i < unit.params.size(); ++i) {
-    const ParamSpec& ps = unit.params[i];
-    ExpectClose(dflat_f.narrow(0, ps.offset, ps.numel), dflat_a.narrow(0, ps.offset, ps.numel),
-                "block d" + ps.name);
+  auto check = [](const at::Tensor& f, const at::Tensor& a, const at::Tensor& r, const std::string& what) {
+    const double scale = std::max(r.abs().max().item<double>(), 1e-6);
+    const double err_fused = (f - r).abs().max().item<double>();
+    const double err_aten = (a - r).abs().max().item<double>();
+    EXPECT_LE(err_fused, 1.5 * err_aten + 5e-3 * scale)
+        << what << ": fused " << err_fused << ", ATen bf16 " << err_aten << ", scale " << scale;
+  };
+  check(fused.y, aten.y, ref.y, "block y");
+  check(fused.dx, aten.dx, ref.dx, "block dx");
+  for (const ParamSpec& ps : unit.params) {
+    check(fused.dflat.narrow(0, ps.offset, ps.numel), aten.dflat.narrow(0, ps.offset, ps.numel),
+          ref.dflat.narrow(0, ps.offset, ps.numel), "block d" + ps.name);
   }
 }
 
