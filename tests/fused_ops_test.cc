@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/data/dataset.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/transformer.h"
@@ -134,6 +135,29 @@ TEST(FusedOps, SwigluMatchesAten) {
     ExpectClose(yf, ya, dev.str() + " y");
     ExpectClose(gf.grad(), ga.grad(), dev.str() + " dgate");
     ExpectClose(uf.grad(), ua.grad(), dev.str() + " dup");
+  }
+}
+
+TEST(FusedOps, LinearCrossEntropyMatchesAtenWithIgnoredTargets) {
+  at::manual_seed(6);
+  for (const at::Device& dev : Devices()) {
+    const int64_t n = 37, H = 48, V = 1001;
+    const at::Tensor h0 = Randn({n, H}, dev), w0 = Randn({V, H}, dev, 0.3);
+    at::Tensor targets = at::randint(0, V, {n}, at::kLong);
+    targets.index_put_({at::arange(0, n, 5)}, kIgnoreIndex);
+    targets = targets.to(dev);
+    const double scale = 1.0 / 29;
+    at::Tensor ha = Leaf(h0), wa = Leaf(w0);
+    const at::Tensor loss_a = at::cross_entropy_loss(at::linear(ha, wa).to(at::kFloat), targets, {},
+                                                     at::Reduction::Sum, kIgnoreIndex) * scale;
+    loss_a.backward();
+    const LinearCrossEntropy f = FusedLinearCrossEntropy(h0, w0, targets, scale);
+    const std::string what = dev.str();
+    EXPECT_NEAR(f.loss.item<double>(), loss_a.item<double>(), 1e-3 * std::abs(loss_a.item<double>())) << what;
+    ExpectClose(f.dh, ha.grad(), what + " dh");
+    ExpectClose(f.dw, wa.grad(), what + " dw");
+    // Ignored rows get no gradient at all.
+    EXPECT_EQ(f.dh.narrow(0, 0, 1).abs().max().item<double>(), 0.0) << what;
   }
 }
 

@@ -2,6 +2,7 @@
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
 #include "runtime/engine/fault_injection.h"
+#include "runtime/model/fused_ops.h"
 
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -481,9 +482,24 @@ at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targ
   at::Tensor lm = tied ? Leaf(layout.units[0], table, lm_i) : Leaf(hu, head, lm_i);
   const ParamSpec& lm_spec = tied ? layout.units[0].params[lm_i] : hu.params[lm_i];
   at::Tensor& lm_grad = tied ? table_grad : head_grad;
+  const bool fused = UseFusedOps(hidden) && lm.scalar_type() == at::kBFloat16;
   for (int64_t t = 0; t < T; t += chunk) {
     const int64_t len = std::min(chunk, T - t);
     at::Tensor xc = hidden.narrow(1, t, len).detach().requires_grad_(true);
+    if (fused) {
+      // The final norm through autograd; the LM head and the loss in one pass over
+      // bf16 logits that become their own gradient (fused_ops.h).
+      at::Tensor h = RmsNorm(xc, norm, cfg.rms_norm_eps);
+      const LinearCrossEntropy ce = FusedLinearCrossEntropy(
+          h.detach().reshape({-1, cfg.hidden_size}), lm.detach(), targets.narrow(1, t, len).reshape({-1}),
+          inv_tokens);
+      h.backward(ce.dh.view_as(h));
+      loss_acc.add_(ce.loss.to(at::kDouble));
+      grad.narrow(1, t, len).copy_(xc.grad());
+      Accumulate(norm, hu.params[norm_i], head_grad);
+      lm_grad.narrow(0, lm_spec.offset, lm_spec.numel).add_(ce.dw.reshape({-1}));
+      continue;
+    }
     at::Tensor logits = HeadLogits(cfg, norm, lm, xc);
     at::Tensor loss = CrossEntropySum(logits, targets.narrow(1, t, len)) * inv_tokens;
     loss.backward();

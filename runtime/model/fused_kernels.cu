@@ -125,6 +125,72 @@ __global__ void SwigluBackwardKernel(SwigluGradArgs a) {
   }
 }
 
+// One block per row: an online max/sum of exponentials per thread, combined across the
+// block, then the gradient written over the logits.
+constexpr int kCeThreads = 512;
+
+__device__ __forceinline__ void Combine(float& m, float& s, float m2, float s2) {
+  const float nm = fmaxf(m, m2);
+  if (nm == -INFINITY) return;  // both empty
+  s = s * __expf(m - nm) + s2 * __expf(m2 - nm);
+  m = nm;
+}
+
+__global__ void CrossEntropyKernel(CrossEntropyArgs a) {
+  __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
+  const int64_t row = blockIdx.x;
+  uint16_t* x = a.logits + row * a.vocab;
+  const int64_t target = a.targets[row];
+  if (target == a.ignore_index) {
+    for (int64_t c = threadIdx.x; c < a.vocab; c += blockDim.x) x[c] = 0;
+    if (threadIdx.x == 0) a.loss[row] = 0.0f;
+    return;
+  }
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t c = threadIdx.x; c < a.vocab; c += blockDim.x) {
+    const float v = ToF(x[c]);
+    if (v > m) {
+      s = s * __expf(m - v) + 1.0f;
+      m = v;
+    } else {
+      s += __expf(v - m);  // a NaN v lands here and makes s NaN
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    Combine(m, s, m2, s2);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    sm[warp] = m;
+    ss[warp] = s;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < kCeThreads / 32 ? sm[lane] : -INFINITY;
+    s = lane < kCeThreads / 32 ? ss[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+      Combine(m, s, m2, s2);
+    }
+    if (lane == 0) {
+      sm[0] = m;
+      ss[0] = s;
+    }
+  }
+  __syncthreads();
+  m = sm[0];
+  s = ss[0];
+  const float target_logit = ToF(x[target]);
+  __syncthreads();  // every thread has read x[target] before it is overwritten
+  if (threadIdx.x == 0) a.loss[row] = logf(s) + m - target_logit;
+  const float inv = 1.0f / s;
+  for (int64_t c = threadIdx.x; c < a.vocab; c += blockDim.x) {
+    const float p = __expf(ToF(x[c]) - m) * inv;
+    x[c] = ToB((p - (c == target ? 1.0f : 0.0f)) * a.scale);
+  }
+}
+
 int GridFor(int64_t work, int threads) {
   const int64_t blocks = (work + threads - 1) / threads;
   return static_cast<int>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
@@ -177,6 +243,12 @@ const char* SwigluBackward(const SwigluGradArgs& a, void* stream) {
   if (a.n == 0) return nullptr;
   SwigluBackwardKernel<<<GridFor(a.n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("SwigluBackwardKernel launch");
+}
+
+const char* CrossEntropy(const CrossEntropyArgs& a, void* stream) {
+  if (a.rows == 0) return nullptr;
+  CrossEntropyKernel<<<static_cast<unsigned>(a.rows), kCeThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return Launched("CrossEntropyKernel launch");
 }
 
 }  // namespace slidedp::fused::cuda

@@ -78,6 +78,20 @@ struct SwigluGradArgs {
   int64_t n;
 };
 
+// Cross-entropy over bf16 logits [rows, vocab] (fp32 math), in place: each row's logits
+// become its gradient (softmax - onehot(target)) * scale in bf16, and loss[row] =
+// logsumexp - logit[target] (fp32; 0 and a zero gradient row where target ==
+// ignore_index). A NaN or inf among a row's logits makes its loss non-finite.
+struct CrossEntropyArgs {
+  uint16_t* logits;
+  const int64_t* targets;
+  float* loss;
+  float scale;
+  int64_t rows;
+  int64_t vocab;
+  int64_t ignore_index;
+};
+
 namespace cpu {
 void RmsNorm(const RmsNormArgs& a);
 int RmsNormBackwardParts(int64_t rows);
@@ -85,6 +99,7 @@ void RmsNormBackward(const RmsNormGradArgs& a);
 void Rope(const RopeArgs& a);
 void Swiglu(const SwigluArgs& a);
 void SwigluBackward(const SwigluGradArgs& a);
+void CrossEntropy(const CrossEntropyArgs& a);
 }  // namespace cpu
 
 namespace cuda {
@@ -95,6 +110,7 @@ const char* RmsNormBackward(const RmsNormGradArgs& a, void* stream);
 const char* Rope(const RopeArgs& a, void* stream);
 const char* Swiglu(const SwigluArgs& a, void* stream);
 const char* SwigluBackward(const SwigluGradArgs& a, void* stream);
+const char* CrossEntropy(const CrossEntropyArgs& a, void* stream);
 }  // namespace cuda
 
 }  // namespace slidedp::fused

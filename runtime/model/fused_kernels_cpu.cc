@@ -1,5 +1,6 @@
 // The plain C++ reference of fused_kernels.h: the same math as the CUDA kernels, one
 // loop per formula, for the CPU tests of the autograd glue (fused_ops.h). Any thread.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -113,6 +114,27 @@ void SwigluBackward(const SwigluGradArgs& a) {
     const float sg = Sigmoid(g);
     a.dgate[i] = ToB(dy * u * sg * (1.0f + g * (1.0f - sg)));
     a.dup[i] = ToB(dy * g * sg);
+  }
+}
+
+void CrossEntropy(const CrossEntropyArgs& a) {
+  for (int64_t r = 0; r < a.rows; ++r) {
+    uint16_t* x = a.logits + r * a.vocab;
+    const int64_t target = a.targets[r];
+    if (target == a.ignore_index) {
+      a.loss[r] = 0.0f;
+      std::memset(x, 0, static_cast<size_t>(a.vocab) * sizeof(uint16_t));
+      continue;
+    }
+    float m = -INFINITY;
+    for (int64_t c = 0; c < a.vocab; ++c) m = std::max(m, ToF(x[c]));
+    float s = 0.0f;
+    for (int64_t c = 0; c < a.vocab; ++c) s += std::exp(ToF(x[c]) - m);
+    a.loss[r] = std::log(s) + m - ToF(x[target]);
+    for (int64_t c = 0; c < a.vocab; ++c) {
+      const float p = std::exp(ToF(x[c]) - m) / s;
+      x[c] = ToB((p - (c == target ? 1.0f : 0.0f)) * a.scale);
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // kernels on the current stream, or the C++ reference on the CPU).
 #include "runtime/model/fused_ops.h"
 
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "runtime/data/dataset.h"
 #include "runtime/model/fused_kernels.h"
 
 #if defined(SLIDEDP_FUSED_CUDA)
@@ -213,6 +215,23 @@ at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 
 at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up) {
   return SwigluFunction::apply(gate, up);
+}
+
+LinearCrossEntropy FusedLinearCrossEntropy(const at::Tensor& h_in, const at::Tensor& w,
+                                           const at::Tensor& targets_in, double scale) {
+  c10::NoGradGuard no_grad;
+  const at::Tensor h = h_in.contiguous();
+  const at::Tensor targets = targets_in.to(at::kLong).contiguous();
+  at::Tensor logits = at::mm(h, w.t());  // [n, V], becomes the gradient in place
+  at::Tensor loss = at::empty({h.size(0)}, h.options().dtype(at::kFloat));
+  fused::CrossEntropyArgs a{Bits(logits), targets.data_ptr<int64_t>(), loss.data_ptr<float>(),
+                            static_cast<float>(scale), logits.size(0), logits.size(1), kIgnoreIndex};
+  Run(logits, a, fused::cpu::CrossEntropy, SLIDEDP_CUDA_LAUNCHER(fused::cuda::CrossEntropy));
+  LinearCrossEntropy out;
+  out.loss = loss.sum() * scale;
+  out.dh = at::mm(logits, w);
+  out.dw = at::mm(logits.t(), h);
+  return out;
 }
 
 }  // namespace slidedp

@@ -35,4 +35,16 @@ at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 // silu(gate) * up.
 at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up);
 
+// The LM head's loss and gradients without autograd and without fp32 logits: logits =
+// h [n, H] x w [V, H]^T in bf16, one chunk at a time (the caller chunks), cross-entropy
+// against targets [n] (int64; kIgnoreIndex rows take no loss) in one kernel that turns
+// the logits into their gradient in place, then the two GEMMs of the gradients.
+struct LinearCrossEntropy {
+  at::Tensor loss;  // fp32 scalar: scale x the sum of the rows' losses
+  at::Tensor dh;    // [n, H], h's dtype
+  at::Tensor dw;    // [V, H], w's dtype
+};
+LinearCrossEntropy FusedLinearCrossEntropy(const at::Tensor& h, const at::Tensor& w,
+                                           const at::Tensor& targets, double scale);
+
 }  // namespace slidedp
