@@ -206,6 +206,47 @@ TEST_F(ServiceTest, OversizedAndUnknownFieldRequestsAreRefusedAndTheDaemonStaysU
   ExpectAlive();
 }
 
+// Issue 18, case 1: a job failing with the raw bytes of a data file in its message
+// (\xff\xfe is not UTF-8) broke GetJob and ListJobs for every client, and the restart.
+TEST_F(ServiceTest, JobErrorsWithInvalidUtf8KeepTheApiAndTheRestartWorking) {
+  {
+    absl::MutexLock lock(&control_->mu);
+    control_->fail_at_step = 2;
+    control_->fail_message = "data.jsonl:1: not JSON: \xff\xfe[1,2,3]";
+  }
+  Start();
+  v1::Job job;
+  ASSERT_TRUE(Submit(Small(5), &job).ok());
+  const std::string escaped = "data.jsonl:1: not JSON: \\xFF\\xFE[1,2,3]";
+  auto get = [&](v1::Job* out) {
+    v1::GetJobRequest request;
+    request.set_id(job.id());
+    return stub_->GetJob(Context().get(), request, out);
+  };
+  v1::Job got;
+  ASSERT_TRUE(testing::WaitFor([&] { return get(&got).ok() && got.state() == v1::JOB_STATE_FAILED; }, 10s))
+      << get(&got).error_message();
+  EXPECT_NE(got.error().find(escaped), std::string::npos) << got.error();
+  v1::ListJobsResponse listed;
+  grpc::Status s = stub_->ListJobs(Context().get(), v1::ListJobsRequest(), &listed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_NE(listed.jobs(0).error().find(escaped), std::string::npos);
+  grpc::Status watch;
+  std::vector<v1::JobEvent> events = Watch(job.id(), &watch);
+  ASSERT_TRUE(watch.ok()) << watch.error_message();
+  ASSERT_FALSE(events.empty());
+
+  daemon_.reset();
+  Start();  // the same state directory
+  ASSERT_TRUE(get(&got).ok());
+  EXPECT_EQ(got.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(got.error().find(escaped), std::string::npos) << got.error();
+  s = stub_->ListJobs(Context().get(), v1::ListJobsRequest(), &listed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectAlive();
+}
+
 TEST_F(ServiceTest, BearerTokenIsRequiredWhenConfigured) {
   Start("s3cret");
   v1::Job job;
