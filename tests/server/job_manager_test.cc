@@ -33,6 +33,7 @@ class JobManagerTest : public ::testing::Test {
   void SetUp() override { Open(); }
   void TearDown() override {
     control_->Allow(INT64_MAX);
+    HoldCreate(false);
     manager_.reset();
   }
 
