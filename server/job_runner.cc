@@ -304,10 +304,10 @@ void JobManager::Finish(const std::string& id, v1::JobState state, const std::st
     absl::Status s = SetFinalState(e, state, message, message);
     if (s.ok()) return;
     // Not shown as final until recorded: a restart would show the old record instead.
-    const std::string note = absl::StrCat(
-        "finished ", StateName(state), message.empty() ? "" : " (", ValidUtf8(message),
+    const std::string note = ValidUtf8(absl::StrCat(
+        "finished ", StateName(state), message.empty() ? "" : " (", message,
         message.empty() ? "" : ")", " but cannot record it: ", s.message(),
-        "; retrying every ", absl::FormatDuration(kFinalStateRetry));
+        "; retrying every ", absl::FormatDuration(kFinalStateRetry)));
     Log(absl::StrCat("job ", id, ": ", note, " (attempt ", failures + 1, ")"));
     e.job.set_error(note);
     if (failures == 0) Emit(e, v1::JobEvent::TYPE_STATE_CHANGE, note, nullptr);
