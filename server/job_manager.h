@@ -3,7 +3,9 @@
 //   QUEUED -> RUNNING <-> PAUSED -> SUCCEEDED | FAILED | CANCELLED.
 // Pause stops at the next step boundary after Trainer::Drain() and keeps the Trainer
 // (host state) alive, so resume continues exactly; a paused job keeps the GPUs, the
-// queue waits. Cancel destroys the Trainer. Every change is written to the JobStore;
+// queue waits. Cancel destroys the Trainer. Every change is written to the JobStore (a
+// final state is shown only once written; the job thread retries while the disk is full);
+// text that reaches the job or its events is made valid UTF-8 (runtime/io/user_text.h);
 // step events are kept in memory for WatchJob's replay (at most max_events_per_job per
 // job, and only for unfinished jobs and the 16 latest finished ones).
 // Threads: the public methods are called from gRPC handler threads and take mu_; the
