@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 shift || true
-all=(safetensors config token_file jsonl text_records train_config spec_file checkpoint)
+all=(safetensors config token_file jsonl text_records train_config spec_file checkpoint job_record
+     spec_translation)
 # Every target: jsonl and spec_file, which once crashed (tests/fuzz/crashes holds the
 # inputs, fixed since), are back in the set.
 default=("${all[@]}")
@@ -38,6 +39,10 @@ sources() {
     train_config) echo runtime/train_config.cc runtime/train_config_validate.cc ;;
     spec_file) echo client/spec_file.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     checkpoint) echo runtime/state/checkpoint.cc ;;
+    job_record) echo server/job_record.cc runtime/io/user_text.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
+    spec_translation) echo server/spec_translation.cc server/path_policy.cc runtime/io/user_text.cc \
+      runtime/train_config.cc runtime/train_config_validate.cc runtime/model/model_config.cc \
+      runtime/model/param_layout.cc runtime/model/json_nesting.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     *) echo "fuzz: unknown target $1 (known: ${all[*]})" >&2; return 1 ;;
   esac
 }
@@ -45,6 +50,8 @@ libs() {
   case "$1" in
     train_config) echo -lyaml-cpp ;;
     spec_file) echo -lprotobuf -lyaml-cpp ;;
+    job_record) echo -lprotobuf ;;
+    spec_translation) echo -lprotobuf -lyaml-cpp ;;
     text_records) pkg-config --libs re2 libutf8proc absl_flat_hash_map absl_hash absl_raw_hash_set ;;
   esac
 }

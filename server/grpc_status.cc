@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "runtime/io/user_text.h"
+
 namespace slidedp::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -12,7 +14,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   const grpc::StatusCode grpc_code = (code >= 1 && code <= 16)
                                          ? static_cast<grpc::StatusCode>(code)
                                          : grpc::StatusCode::UNKNOWN;
-  return grpc::Status(grpc_code, std::string(status.message()));
+  // Messages quote runtime text (file contents, paths): clients decode them as UTF-8.
+  const absl::string_view message = status.message();
+  return grpc::Status(grpc_code, ValidUtf8(std::string_view(message.data(), message.size())));
 }
 
 }  // namespace slidedp::server

@@ -7,7 +7,8 @@
 
 namespace slidedp::server {
 
-// Same code (absl and gRPC share the canonical numbering), same message.
+// Same code (absl and gRPC share the canonical numbering), same message made valid
+// UTF-8 (ValidUtf8).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace slidedp::server

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/io/user_text.h"
 #include "server/log.h"
 
 namespace slidedp::server {
@@ -69,21 +70,34 @@ absl::Status JobManager::LoadFromStore() {
     const std::string id = e.job.id();
     order_.push_back(id);
     jobs_[id] = std::move(entry);
+    // The final states given here follow from the stored record alone: if the store
+    // cannot record them now, they are shown anyway and given again at the next start.
+    auto finish = [&](v1::JobState state, const std::string& message, const std::string& error) {
+      if (absl::Status s = SetFinalState(e, state, message, error); !s.ok()) {
+        Log(absl::StrCat("job ", id, ": cannot record ", StateName(state), ": ", s.message()));
+        Announce(e, WithState(e, state, state == v1::JOB_STATE_FAILED ? &error : nullptr), message);
+      }
+    };
     if (e.job.state() == v1::JOB_STATE_QUEUED) {
       queue_.push_back(id);
     } else if (!IsTerminal(e.job.state()) && e.job.cancel_requested()) {
-      SetState(e, v1::JOB_STATE_CANCELLED, "cancelled (the daemon stopped before it could)");
+      finish(v1::JOB_STATE_CANCELLED, "cancelled (the daemon stopped before it could)", "");
+    } else if (!IsTerminal(e.job.state()) &&
+               e.job.runs_without_progress() >= kMaxRunsWithoutProgress) {
+      const std::string error = absl::StrCat(
+          "the daemon stopped ", e.job.runs_without_progress(),
+          " times while running this job (crashed or was killed) without it completing a step, "
+          "at step ", e.job.step(), " of ", e.job.total_steps(), "; it is not resumed again");
+      finish(v1::JOB_STATE_FAILED, error, error);
     } else if (!IsTerminal(e.job.state()) && !e.job.spec().checkpoint_dir().empty()) {
       e.restored = true;
       restored.push_back(id);
     } else if (!IsTerminal(e.job.state())) {
-      e.job.set_error(absl::StrCat("interrupted: the daemon stopped while the job was ",
-                                   StateName(e.job.state()), " at step ", e.job.step(), " of ",
-                                   e.job.total_steps(),
-                                   "; it has no checkpoint_dir, so its host state was lost"));
-      e.job.set_pause_requested(false);
-      e.job.set_cancel_requested(false);
-      SetState(e, v1::JOB_STATE_FAILED, e.job.error());
+      const std::string error = absl::StrCat(
+          "interrupted: the daemon stopped while the job was ", StateName(e.job.state()),
+          " at step ", e.job.step(), " of ", e.job.total_steps(),
+          "; it has no checkpoint_dir, so its host state was lost");
+      finish(v1::JOB_STATE_FAILED, error, error);
     }
   }
   queue_.insert(queue_.begin(), restored.begin(), restored.end());
@@ -127,7 +141,7 @@ void JobManager::Emit(Entry& e, v1::JobEvent::Type type, const std::string& mess
   *event.mutable_job() = e.job;
   event.mutable_job()->clear_spec();  // in the snapshot only: keeps the history small
   if (step != nullptr) *event.mutable_step() = *step;
-  event.set_message(message);
+  event.set_message(ValidUtf8(message));
   const bool last = type == v1::JobEvent::TYPE_STATE_CHANGE && IsTerminal(e.job.state());
   for (auto& [handle, sub] : subscriptions_) {
     if (sub.job_id == e.job.id()) sub.sink->OnJobEvent(event, last);
@@ -161,23 +175,52 @@ void JobManager::PublishJobCounts() {
   options_.metrics->SetJobCounts(counts);
 }
 
-void JobManager::SetState(Entry& e, v1::JobState state, const std::string& message) {
+v1::Job JobManager::WithState(const Entry& e, v1::JobState state, const std::string* error) const {
   const absl::Time now = absl::Now();
-  e.job.set_state(state);
-  SetTimestamp(now, e.job.mutable_update_time());
-  if (state == v1::JOB_STATE_RUNNING && !e.job.has_start_time()) {
-    SetTimestamp(now, e.job.mutable_start_time());
+  v1::Job job = e.job;
+  job.set_state(state);
+  SetTimestamp(now, job.mutable_update_time());
+  if (state == v1::JOB_STATE_RUNNING && !job.has_start_time()) {
+    SetTimestamp(now, job.mutable_start_time());
   }
   if (IsTerminal(state)) {
-    SetTimestamp(now, e.job.mutable_end_time());
-    e.job.set_pause_requested(false);
-    e.job.set_cancel_requested(false);
+    SetTimestamp(now, job.mutable_end_time());
+    job.set_pause_requested(false);
+    job.set_cancel_requested(false);
   }
-  Persist(e);
+  if (error != nullptr) job.set_error(ValidUtf8(*error));
+  return job;
+}
+
+void JobManager::Announce(Entry& e, v1::Job job, const std::string& message) {
+  e.job = std::move(job);
+  const v1::JobState state = e.job.state();
   Emit(e, v1::JobEvent::TYPE_STATE_CHANGE, message, nullptr);
   if (IsTerminal(state)) ForgetOldHistories(e.job.id());
   PublishJobCounts();
-  Log(absl::StrCat("job ", e.job.id(), " ", StateName(state), message.empty() ? "" : ": ", message));
+  Log(absl::StrCat("job ", e.job.id(), " ", StateName(state), message.empty() ? "" : ": ",
+                   ValidUtf8(message)));
+}
+
+void JobManager::SetState(Entry& e, v1::JobState state, const std::string& message) {
+  e.job = WithState(e, state, nullptr);
+  Persist(e);
+  Announce(e, e.job, message);
+}
+
+absl::Status JobManager::SetFinalState(Entry& e, v1::JobState state, const std::string& message,
+                                       const std::string& error) {
+  v1::Job job = WithState(e, state, state == v1::JOB_STATE_FAILED ? &error : nullptr);
+  if (absl::Status s = options_.store->Put(job); !s.ok()) return s;
+  last_persist_ = absl::Now();
+  Announce(e, std::move(job), message);
+  return absl::OkStatus();
+}
+
+void JobManager::CountRun(Entry& e) {
+  e.job.set_runs_without_progress(e.job.runs_without_progress() + 1);
+  e.run_counted = true;
+  Persist(e);
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
@@ -192,7 +235,9 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
   SetTimestamp(absl::Now(), e.job.mutable_create_time());
   *e.job.mutable_update_time() = e.job.create_time();
   if (absl::Status s = options_.store->Put(e.job); !s.ok()) {
-    return absl::UnavailableError(absl::StrCat("cannot record the job: ", s.message()));
+    // A full disk is not a passing outage: clients must not retry as for UNAVAILABLE.
+    return absl::Status(absl::IsResourceExhausted(s) ? s.code() : absl::StatusCode::kUnavailable,
+                        absl::StrCat("cannot record the job: ", s.message()));
   }
   const std::string id = e.job.id();
   jobs_[id] = std::move(entry);
@@ -279,12 +324,19 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
   Entry& e = **found;
   switch (e.job.state()) {
     case v1::JOB_STATE_QUEUED:
+      if (absl::Status s = SetFinalState(e, v1::JOB_STATE_CANCELLED, "cancelled while queued");
+          !s.ok()) {
+        return s;
+      }
       queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
-      SetState(e, v1::JOB_STATE_CANCELLED, "cancelled while queued");
       break;
     case v1::JOB_STATE_PAUSED:
       // The job thread wakes, sees CANCELLED and destroys the trainer.
-      SetState(e, v1::JOB_STATE_CANCELLED, absl::StrCat("cancelled while paused at step ", e.job.step()));
+      if (absl::Status s = SetFinalState(e, v1::JOB_STATE_CANCELLED,
+                                         absl::StrCat("cancelled while paused at step ", e.job.step()));
+          !s.ok()) {
+        return s;
+      }
       break;
     case v1::JOB_STATE_RUNNING:
       if (!e.job.cancel_requested()) {

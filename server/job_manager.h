@@ -3,7 +3,9 @@
 //   QUEUED -> RUNNING <-> PAUSED -> SUCCEEDED | FAILED | CANCELLED.
 // Pause stops at the next step boundary after Trainer::Drain() and keeps the Trainer
 // (host state) alive, so resume continues exactly; a paused job keeps the GPUs, the
-// queue waits. Cancel destroys the Trainer. Every change is written to the JobStore;
+// queue waits. Cancel destroys the Trainer. Every change is written to the JobStore (a
+// final state is shown only once written; the job thread retries while the disk is full);
+// text that reaches the job or its events is made valid UTF-8 (runtime/io/user_text.h);
 // step events are kept in memory for WatchJob's replay (at most max_events_per_job per
 // job, and only for unfinished jobs and the 16 latest finished ones).
 // Threads: the public methods are called from gRPC handler threads and take mu_; the
@@ -70,12 +72,22 @@ struct NodeSnapshot {
 
 class JobManager {
  public:
+  // Runs ended by the daemon dying, without a completed step, before a job is failed.
+  static constexpr int kMaxRunsWithoutProgress = 3;
+  // How often the job thread retries recording a job's final state the store refused
+  // (a full disk): the state is not shown until it is recorded.
+  static constexpr absl::Duration kFinalStateRetry = absl::Seconds(1);
+
   // Loads the store's jobs and starts the job thread. QUEUED ones are queued again in
   // submission order. RUNNING or PAUSED ones, whose daemon stopped under them, go first:
   // with a checkpoint_dir a RUNNING job resumes from its newest checkpoint (from step 0
   // if none was written yet) and a PAUSED one stays PAUSED, holding the GPUs, until
   // Resume() recreates its state from the checkpoint written when it paused; without a
   // checkpoint_dir their host state is lost and they become FAILED saying so.
+  // A job whose last kMaxRunsWithoutProgress runs ended with the daemon dying under it
+  // before a step completed (Job.runs_without_progress) becomes FAILED instead: it is
+  // not resumed again. A record the store cannot read is shown FAILED (JobStore::LoadAll)
+  // and does not stop the start.
   static absl::StatusOr<std::unique_ptr<JobManager>> Start(JobManagerOptions options);
   ~JobManager();  // Shutdown()
   JobManager(const JobManager&) = delete;
@@ -88,7 +100,8 @@ class JobManager {
   void Shutdown();
 
   // Queues a job for `spec` (already translated, validated and resolved by the
-  // caller). Returns it (QUEUED). UNAVAILABLE when the store cannot record it.
+  // caller). Returns it (QUEUED). RESOURCE_EXHAUSTED when the store's disk is full,
+  // UNAVAILABLE when the store cannot record it for another reason.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
 
   absl::StatusOr<v1::Job> Get(const std::string& id) const;  // NOT_FOUND
@@ -103,7 +116,9 @@ class JobManager {
                                   const std::string& page_token) const;
 
   // Per the TrainingService contract (service.proto): NOT_FOUND for unknown ids,
-  // FAILED_PRECONDITION for states that do not allow the action.
+  // FAILED_PRECONDITION for states that do not allow the action. Cancel of a QUEUED or
+  // PAUSED job returns the store's error (RESOURCE_EXHAUSTED on a full disk) when it
+  // cannot record the cancellation, and leaves the job as it was.
   absl::StatusOr<v1::Job> Pause(const std::string& id);
   absl::StatusOr<v1::Job> Resume(const std::string& id);
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
@@ -130,6 +145,8 @@ class JobManager {
     // checkpoint instead of starting it.
     bool restored = false;
     PlanReport plan;  // the trainer's, copied on the job thread
+    // This run is counted in job.runs_without_progress (until a step completes).
+    bool run_counted = false;
   };
   struct Subscription {
     std::string job_id;
@@ -145,8 +162,22 @@ class JobManager {
   const Entry* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Entry*> FindOrNotFound(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the state and announces it; the store write is best effort (a failed one is
+  // retried by the next Persist). For final states prefer SetFinalState.
   void SetState(Entry& e, v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A final state (SUCCEEDED, FAILED, CANCELLED; with `error` for FAILED) is shown only
+  // once the store has recorded it: on a write error the job is left as it was and the
+  // error is returned.
+  absl::Status SetFinalState(Entry& e, v1::JobState state, const std::string& message,
+                             const std::string& error = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // e.job with `state` (and `error`) applied, as SetState would make it.
+  v1::Job WithState(const Entry& e, v1::JobState state, const std::string* error) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `job` e's record and tells subscribers, the metrics and the log.
+  void Announce(Entry& e, v1::Job job, const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts the run that starts now in runs_without_progress, durably.
+  void CountRun(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(Entry& e, v1::JobEvent::Type type, const std::string& message,
             const v1::StepEvent* step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Persist(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

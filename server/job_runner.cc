@@ -4,9 +4,11 @@
 // checkpoint_dir write a checkpoint on pause, cancel and shutdown (and every
 // checkpoint_interval steps, in Trainer::Step), and continue from it after a restart.
 // Runs on the job thread only; takes mu_ between engine calls, never across them.
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/io/user_text.h"
 #include "runtime/state/checkpoint.h"
 #include "server/job_manager.h"
 #include "server/log.h"
@@ -85,6 +87,7 @@ void JobManager::RunJob(const std::string& id) {
       running_id_ = id;
       SetState(*e, v1::JOB_STATE_RUNNING, "started");
     }
+    CountRun(*e);  // undone by a clean shutdown, reset by a completed step
     spec = e->job.spec();
   }
   absl::StatusOr<TrainConfig> config = options_.translator(spec);
@@ -156,6 +159,10 @@ void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
         absl::MutexLock lock(&mu_);
         running_id_.clear();
         Entry& e = *Find(id);
+        if (e.run_counted) {  // a clean stop: this run does not count against the job
+          e.run_counted = false;
+          e.job.set_runs_without_progress(std::max(0, e.job.runs_without_progress() - 1));
+        }
         Persist(e);
         Log(absl::StrCat("job ", id, " stopped by daemon shutdown at step ", step, note,
                          "; the next start continues it"));
@@ -259,7 +266,11 @@ void JobManager::RecordStep(const std::string& id, const StepStats& stats,
   const int64_t nanos = absl::ToUnixNanos(absl::Now());
   job.mutable_update_time()->set_seconds(nanos / 1000000000);
   job.mutable_update_time()->set_nanos(static_cast<int32_t>(nanos % 1000000000));
-  if (absl::Now() - last_persist_ >= options_.persist_interval) Persist(e);
+  // A completed step: the job made progress, its runs start counting afresh (durably).
+  const bool progressed = job.runs_without_progress() != 0;
+  job.set_runs_without_progress(0);
+  e.run_counted = false;
+  if (progressed || absl::Now() - last_persist_ >= options_.persist_interval) Persist(e);
   Emit(e, v1::JobEvent::TYPE_STEP, "", &event);
 }
 
@@ -271,7 +282,7 @@ absl::Status JobManager::FinishTraining(const std::string& id, const TrainConfig
   const std::string digest = trainer.WeightsDigest();
   {
     absl::MutexLock lock(&mu_);
-    Find(id)->job.set_weights_digest(digest);
+    Find(id)->job.set_weights_digest(ValidUtf8(digest));
   }
   if (!config.output_dir.empty()) {
     if (absl::Status s = trainer.ExportHf(config.output_dir); !s.ok()) {
@@ -286,9 +297,26 @@ void JobManager::Finish(const std::string& id, v1::JobState state, const std::st
   running_id_.clear();
   if (options_.metrics != nullptr) options_.metrics->ClearRates();
   Entry& e = *Find(id);
-  if (IsTerminal(e.job.state())) return;  // Cancel() already finished it
-  if (state == v1::JOB_STATE_FAILED) e.job.set_error(message);
-  SetState(e, state, message);
+  const std::string error = e.job.error();  // the visible one is replaced while retrying
+  for (int failures = 0;; ++failures) {
+    if (IsTerminal(e.job.state())) return;  // Cancel() already finished it
+    e.job.set_error(error);
+    absl::Status s = SetFinalState(e, state, message, message);
+    if (s.ok()) return;
+    // Not shown as final until recorded: a restart would show the old record instead.
+    const std::string note = ValidUtf8(absl::StrCat(
+        "finished ", StateName(state), message.empty() ? "" : " (", message,
+        message.empty() ? "" : ")", " but cannot record it: ", s.message(),
+        "; retrying every ", absl::FormatDuration(kFinalStateRetry)));
+    Log(absl::StrCat("job ", id, ": ", note, " (attempt ", failures + 1, ")"));
+    e.job.set_error(note);
+    if (failures == 0) Emit(e, v1::JobEvent::TYPE_STATE_CHANGE, note, nullptr);
+    if (shutdown_) break;
+    changed_.WaitWithTimeout(&mu_, kFinalStateRetry);
+    if (shutdown_) break;
+  }
+  Log(absl::StrCat("job ", id, ": the daemon is shutting down before the job's final state ",
+                   StateName(state), " could be recorded; the store keeps its last recorded state"));
 }
 
 }  // namespace slidedp::server

@@ -1,6 +1,7 @@
 // JobStore: the daemon's job records in an embedded SQLite database (one row per job,
 // the slidedp.v1.Job message serialized), so that a restarted daemon finds every job
-// as it was. Thread-safe: every method takes the store's mutex.
+// as it was. Records are read and made UTF-8 by server/job_record.h. Thread-safe: every
+// method takes the store's mutex.
 #pragma once
 
 #include <memory>
@@ -28,20 +29,29 @@ class JobStore {
   JobStore& operator=(const JobStore&) = delete;
 
   // Inserts `job`, or replaces the record with the same id (which keeps its place in
-  // the submission order). Durable when it returns (WAL, synchronous=NORMAL: survives
-  // a daemon crash; a power loss may lose the last updates).
+  // the submission order), its text made valid UTF-8 first. Durable when it returns
+  // (WAL, synchronous=NORMAL: survives a daemon crash; a power loss may lose the last
+  // updates). RESOURCE_EXHAUSTED naming the file when the disk (or the database's page
+  // limit) is full; INTERNAL for other SQLite errors.
   absl::Status Put(const v1::Job& job);
 
-  // Every job in submission order. A record that does not parse is an error naming
-  // its id.
+  // Every job in submission order. A record that cannot be read does not fail the load:
+  // it is logged with its id and why, and comes back as a FAILED job whose error says so
+  // (ParseJobRecord). Errors only when the table itself cannot be read.
   absl::StatusOr<std::vector<v1::Job>> LoadAll();
+
+  // For tests: caps the database at `pages` pages (SQLite's max_page_count; never below
+  // its current size), so that writes which need more space fail with SQLITE_FULL as on
+  // a full disk. A large value lifts the cap.
+  absl::Status SetMaxPages(int64_t pages);
 
   const std::string& path() const { return path_; }
 
  private:
   JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Error(absl::string_view what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SQLite's last error (`rc`) while doing `what`: RESOURCE_EXHAUSTED for a full disk.
+  absl::Status Error(absl::string_view what, int rc) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

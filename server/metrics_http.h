@@ -1,7 +1,13 @@
 // MetricsHttpServer: serves the Prometheus text exposition on GET /metrics over plain
-// HTTP, with cpp-httplib (Debian libcpp-httplib-dev), from its own listener thread and
-// a small pool of std::thread workers. Start/Stop from one thread; the scrape function
-// is called from the pool and must be thread-safe.
+// HTTP/1.1 from one thread of its own, with non-blocking sockets and poll(): every
+// connection is read and answered as its bytes arrive, then closed (Connection: close).
+// No client can hold the server: a connection has connection_timeout to send its request
+// and take the answer, and at max_connections the oldest one gives way to a new one.
+// So idle, half-sent or never-read connections, however many, do not keep a scrape
+// waiting (issue 18; a thread-pool server such as cpp-httplib's gives each connection a
+// worker for up to its read timeout, and a client trickling bytes keeps it for good).
+// Start/Stop from one thread; the scrape function is called from the server's thread
+// and must be thread-safe (and quick: it holds up the other connections meanwhile).
 //
 // Why not prometheus-cpp's pull Exposer (civetweb): it cannot start in a process that
 // has libtorch_cuda.so loaded ("Cannot create first worker thread: error 29", see
@@ -23,44 +29,55 @@
 //     with only libtorch_cpu.so; 256 KiB and the default stack succeed either way.
 //     pthread_create returns its error and leaves errno alone, so civetweb's message
 //     prints a stale errno (29, ESPIPE) instead of EINVAL.
-// cpp-httplib uses std::thread, i.e. the default stack size (RLIMIT_STACK, 8 MiB),
-// which glibc sizes to hold the static TLS, so it works there.
+// A plain std::thread has the default stack size (RLIMIT_STACK, 8 MiB), which glibc sizes
+// to hold the static TLS, so it works there.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
-
-namespace httplib {
-class Server;
-}
+#include "absl/time/time.h"
 
 namespace slidedp::server {
+
+struct MetricsHttpLimits {
+  size_t max_connections = 256;
+  absl::Duration connection_timeout = absl::Seconds(10);
+};
 
 class MetricsHttpServer {
  public:
   // Binds `address` ("HOST:PORT", "[V6]:PORT"; port 0 picks a free port) and starts
   // serving GET /metrics with the text `scrape` returns. Errors name the address.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const std::string& address, std::function<std::string()> scrape);
+      const std::string& address, std::function<std::string()> scrape,
+      MetricsHttpLimits limits = {});
   ~MetricsHttpServer();  // Stop()s
 
-  // Stops listening and joins the listener thread. Idempotent.
+  // Stops listening, closes every connection and joins the thread. Idempotent.
   void Stop();
 
   const std::string& host() const { return host_; }
   int port() const { return port_; }
 
  private:
-  MetricsHttpServer() = default;
+  struct Connection;
+  static constexpr size_t kMaxRequestBytes = 16 * 1024;
 
-  std::unique_ptr<httplib::Server> server_;
+  MetricsHttpServer() = default;
+  void Serve();                    // the server's thread
+  void Advance(Connection& c);     // reads or writes what the socket allows
+  std::string Answer(const std::string& request_line);
+
+  std::function<std::string()> scrape_;
+  MetricsHttpLimits limits_;
+  int listener_ = -1;
+  int wake_read_ = -1;   // Stop() writes to wake_write_ to end Serve()
+  int wake_write_ = -1;
   std::thread thread_;
-  std::shared_ptr<std::atomic<bool>> listener_done_ = std::make_shared<std::atomic<bool>>(false);
   std::string host_;
   int port_ = 0;
 };

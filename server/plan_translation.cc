@@ -3,26 +3,31 @@
 
 #include <map>
 
+#include "runtime/io/user_text.h"
+
 namespace slidedp::server {
 namespace {
+
+// Plan text comes from the runtime (calibration notes may quote errors): valid UTF-8.
+std::string Text(const std::string& s) { return ValidUtf8(s); }
 
 void KnobsToProto(const PlanKnobs& k, v1::PlanKnobs* out) {
   out->set_micro_batch_size(k.micro_batch_size);
   out->set_grad_accum(k.grad_accum);
   out->set_chunk_elems(k.policy.chunk_elems);
   out->set_prefetch_depth(k.policy.prefetch_depth);
-  out->set_param_route(k.policy.param_route);
-  out->set_grad_route(k.policy.grad_route);
-  out->set_activations(k.policy.activations);
+  out->set_param_route(Text(k.policy.param_route));
+  out->set_grad_route(Text(k.policy.grad_route));
+  out->set_activations(Text(k.policy.activations));
   out->set_loss_chunk_tokens(k.policy.loss_chunk_tokens);
-  out->set_grad_landing(k.policy.grad_landing);
+  out->set_grad_landing(Text(k.policy.grad_landing));
 }
 
 void TimesToProto(const std::map<std::string, double>& times,
                   google::protobuf::RepeatedPtrField<v1::ResourceTime>* out) {
   for (const auto& [resource, seconds] : times) {
     v1::ResourceTime* t = out->Add();
-    t->set_resource(resource);
+    t->set_resource(Text(resource));
     t->set_seconds(seconds);
   }
 }
@@ -38,14 +43,14 @@ v1::Plan PlanToProto(const std::string& job_id, const PlanReport& r, bool candid
   p.set_predicted_step_seconds(pr.step_seconds);
   p.set_measured_step_seconds(r.measured_step_seconds);
   p.set_step(r.steps);
-  p.set_bottleneck(pr.bottleneck);
+  p.set_bottleneck(Text(pr.bottleneck));
   TimesToProto(pr.busy, p.mutable_busy());
   TimesToProto(pr.exposed, p.mutable_exposed());
   TimesToProto(pr.critical, p.mutable_critical());
   for (const PathSegment& s : pr.critical_path) {
     v1::PathSegment* o = p.add_critical_path();
-    o->set_resource(s.resource);
-    o->set_what(s.what);
+    o->set_resource(Text(s.resource));
+    o->set_what(Text(s.what));
     o->set_seconds(s.seconds);
   }
   p.set_fill_seconds(pr.fill_seconds);
@@ -71,10 +76,10 @@ v1::Plan PlanToProto(const std::string& job_id, const PlanReport& r, bool candid
   rates->set_adamw_params_per_second(r.rates.adamw_params_per_s);
   rates->set_host_memory_gbps(r.rates.host_memory_gbps);
   p.set_calibration_seconds(r.calibration_seconds);
-  for (const std::string& n : r.calibration_notes) p.add_calibration_notes(n);
+  for (const std::string& n : r.calibration_notes) p.add_calibration_notes(Text(n));
   p.set_replans(r.replans);
   p.set_oom_retries(r.oom_retries);
-  p.set_last_change(r.last_change);
+  p.set_last_change(Text(r.last_change));
   p.set_candidate_count(static_cast<int32_t>(r.candidates.size()));
   if (candidates) {
     const std::string chosen = DescribeKnobs(r.knobs);
@@ -82,7 +87,7 @@ v1::Plan PlanToProto(const std::string& job_id, const PlanReport& r, bool candid
       v1::PlanCandidate* o = p.add_candidates();
       KnobsToProto(c.knobs, o->mutable_knobs());
       o->set_predicted_step_seconds(c.prediction.step_seconds);
-      o->set_bottleneck(c.prediction.bottleneck);
+      o->set_bottleneck(Text(c.prediction.bottleneck));
       o->set_memory_bytes(c.prediction.memory.total);
       o->set_fits(c.fits);
       o->set_chosen(DescribeKnobs(c.knobs) == chosen && c.knobs.policy.loss_chunk_tokens == r.knobs.policy.loss_chunk_tokens);

@@ -8,7 +8,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/io/user_text.h"
 #include "server/grpc_status.h"
+#include "server/job_record.h"
 #include "server/plan_translation.h"
 #include "server/proc_stats.h"
 #include "server/spec_translation.h"
@@ -27,9 +29,12 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, Body body)
   return reactor;
 }
 
+// The job manager keeps its text valid UTF-8; this is the last check before a job is
+// serialized for a client (protobuf would send invalid text that clients cannot parse).
 absl::Status Assign(absl::StatusOr<v1::Job> job, v1::Job* out) {
   if (!job.ok()) return job.status();
   *out = *std::move(job);
+  MakeTextValidUtf8(out);
   return absl::OkStatus();
 }
 
@@ -130,7 +135,10 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::ListJobs(grpc::CallbackServerCont
     absl::StatusOr<JobManager::ListResult> result =
         options_.jobs->List(states, request->page_size(), request->page_token());
     if (!result.ok()) return result.status();
-    for (v1::Job& job : result->jobs) *response->add_jobs() = std::move(job);
+    for (v1::Job& job : result->jobs) {
+      MakeTextValidUtf8(&job);
+      *response->add_jobs() = std::move(job);
+    }
     response->set_next_page_token(result->next_page_token);
     return absl::OkStatus();
   });
@@ -201,8 +209,8 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::GetNode(grpc::CallbackServerConte
   return Unary(context, [&]() -> absl::Status {
     if (absl::Status s = CheckAuth(*context); !s.ok()) return s;
     char host[256] = {};
-    if (gethostname(host, sizeof(host) - 1) == 0) response->set_hostname(host);
-    response->set_daemon_version(options_.version);
+    if (gethostname(host, sizeof(host) - 1) == 0) response->set_hostname(ValidUtf8(host));
+    response->set_daemon_version(ValidUtf8(options_.version));
     response->set_cpu_cores(static_cast<int32_t>(std::thread::hardware_concurrency()));
     if (absl::StatusOr<HostMemory> memory = ReadHostMemory(); memory.ok()) {
       response->set_host_memory_total_bytes(memory->total_bytes);
@@ -212,12 +220,12 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::GetNode(grpc::CallbackServerConte
     for (const NvidiaGpu& gpu : ReadNvidiaGpus()) {
       v1::GpuInfo* info = response->add_gpus();
       info->set_index(index++);
-      info->set_name(gpu.name);
-      info->set_bus_id(gpu.bus_id);
+      info->set_name(ValidUtf8(gpu.name));
+      info->set_bus_id(ValidUtf8(gpu.bus_id));
     }
     const NodeSnapshot node = options_.jobs->node_snapshot();
     FillMeasured(node, response->mutable_measured());
-    response->set_running_job_id(node.running_job_id);
+    response->set_running_job_id(ValidUtf8(node.running_job_id));
     response->set_queued_jobs(node.queued_jobs);
     return absl::OkStatus();
   });

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "runtime/io/user_text.h"
 #include "runtime/model/model_config.h"
 
 namespace slidedp::server {
@@ -159,6 +160,26 @@ absl::Status CheckDataPaths(const PathPolicy& paths, DataConfig* data) {
                            &data->cache_dir);
 }
 
+// The API carries paths as UTF-8 text (proto3 strings): a path that is not, such as a
+// symlink resolving to non-UTF-8 bytes, cannot be shown in the job and is refused.
+absl::Status CheckPathsAreText(const TrainConfig& c) {
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"model", &c.model},
+      {"data.path", &c.data.path},
+      {"data.eval_path", &c.data.eval_path},
+      {"data.tokenizer", &c.data.tokenizer},
+      {"data.cache_dir", &c.data.cache_dir},
+      {"checkpoint_dir", &c.checkpoint_dir},
+      {"output_dir", &c.output_dir}};
+  for (const auto& [field, path] : fields) {
+    if (!IsValidUtf8(*path)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": resolves to \"", Echo(*path), "\", which is not valid UTF-8 text"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckPaths(const PathPolicy& paths, TrainConfig* config) {
   if (absl::Status s = CheckModel(paths, config); !s.ok()) return s;
   if (absl::Status s = CheckDataPaths(paths, &config->data); !s.ok()) return s;
@@ -207,6 +228,7 @@ absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec,
   // Paths first: a path outside the roots is refused before anything (the engine's
   // validation included) looks at what lies there.
   if (absl::Status s = CheckPaths(paths, &config); !s.ok()) return s;
+  if (absl::Status s = CheckPathsAreText(config); !s.ok()) return s;
   if (absl::Status s = ValidateTrainConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }

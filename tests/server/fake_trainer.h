@@ -20,7 +20,13 @@ struct FakeControl {
   // Step() blocks while completed steps >= allowed_steps (the test releases steps).
   int64_t allowed_steps ABSL_GUARDED_BY(mu) = INT64_MAX;
   int64_t fail_at_step ABSL_GUARDED_BY(mu) = -1;  // Step() number (1-based) that fails
+  std::string fail_message ABSL_GUARDED_BY(mu) = "fake step failure";  // its status message
+  // > 0: WeightsDigest() is this many characters long (a record that needs more pages).
+  size_t digest_bytes ABSL_GUARDED_BY(mu) = 0;
   bool fail_create ABSL_GUARDED_BY(mu) = false;
+  // The factory waits (after counting the create) while this is true: a job held in the
+  // creation of its trainer, before any step.
+  bool hold_create ABSL_GUARDED_BY(mu) = false;
   bool fail_export ABSL_GUARDED_BY(mu) = false;
   // > 0: steps whose number is a multiple report a held-out eval loss of 20 / step.
   int64_t eval_interval ABSL_GUARDED_BY(mu) = 0;
@@ -61,7 +67,7 @@ class FakeTrainer final : public Trainer {
         control_->mu.Await(absl::Condition(&released));
         --control_->blocked;
       }
-      if (control_->fail_at_step == steps_ + 1) return absl::InternalError("fake step failure");
+      if (control_->fail_at_step == steps_ + 1) return absl::InternalError(control_->fail_message);
       eval_interval = control_->eval_interval;
     }
     ++steps_;
@@ -90,7 +96,12 @@ class FakeTrainer final : public Trainer {
   const TrainConfig& config() const override { return config_; }
   const ModelConfig& model_config() const override { return model_; }
   int64_t num_parameters() const override { return 1000; }
-  std::string WeightsDigest() override { return std::to_string(digest_); }
+  std::string WeightsDigest() override {
+    std::string digest = std::to_string(digest_);
+    absl::MutexLock lock(&control_->mu);
+    if (control_->digest_bytes > 0) digest.resize(control_->digest_bytes, 'd');
+    return digest;
+  }
   // A fixed plan: the config's knobs, 2 ms predicted against the 1 ms fake steps, two
   // candidates of which the first is chosen.
   PlanReport Plan() const override {
@@ -138,6 +149,10 @@ inline TrainerFactory FakeFactory(std::shared_ptr<FakeControl> control) {
     absl::MutexLock lock(&control->mu);
     ++control->creates;
     control->created_models.push_back(config.model);
+    auto released = [&control]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control->mu) {
+      return !control->hold_create;
+    };
+    control->mu.Await(absl::Condition(&released));
     if (control->fail_create) return absl::InvalidArgumentError("fake: cannot create");
     return std::unique_ptr<Trainer>(new FakeTrainer(config, control));
   };

@@ -3,6 +3,7 @@
 #include "server/job_manager.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <thread>
 
@@ -32,6 +33,7 @@ class JobManagerTest : public ::testing::Test {
   void SetUp() override { Open(); }
   void TearDown() override {
     control_->Allow(INT64_MAX);
+    HoldCreate(false);
     manager_.reset();
   }
 
@@ -66,6 +68,56 @@ class JobManagerTest : public ::testing::Test {
   bool WaitStep(const std::string& id, int64_t step) {
     return WaitFor([&] { return Get(id).step() == step; }, 10s);
   }
+  // True once `n` trainers have been asked for (FakeControl::creates).
+  bool WaitCreates(int n) {
+    return WaitFor([&] {
+      absl::MutexLock lock(&control_->mu);
+      return control_->creates == n;
+    }, 10s);
+  }
+  void HoldCreate(bool hold) {
+    absl::MutexLock lock(&control_->mu);
+    control_->hold_create = hold;
+  }
+  // Leaves the store as a crash of the daemon (kill -9) would leave it at this moment:
+  // the records as they are now, without what a clean shutdown writes. (The manager is
+  // stopped here by failing its held trainer creation, then its writes are undone.)
+  void Crash() {
+    auto records = store_->LoadAll();
+    ASSERT_TRUE(records.ok()) << records.status();
+    {
+      absl::MutexLock lock(&control_->mu);
+      control_->fail_create = true;
+      control_->hold_create = false;
+      control_->allowed_steps = INT64_MAX;
+    }
+    manager_.reset();
+    for (const v1::Job& job : *records) ASSERT_TRUE(store_->Put(job).ok());
+    absl::MutexLock lock(&control_->mu);
+    control_->fail_create = false;
+    control_->hold_create = true;
+  }
+  // Writes a row as it is, bypassing JobStore::Put (as a daemon before issue 18 could).
+  void InsertRaw(const std::string& id, int state, const std::string& blob) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir_.Join("jobs.db").c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* stmt = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO jobs(id, state, job) VALUES(?1, ?2, ?3)", -1,
+                                 &stmt, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_text(stmt, 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int(stmt, 2, state);
+    sqlite3_bind_blob(stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+  }
+  v1::JobSpec Durable(int64_t steps) {
+    v1::JobSpec spec = Spec(steps);
+    spec.set_checkpoint_dir(dir_.Join("ckpt"));
+    return spec;
+  }
+
   // True once the running job's next Step() is blocked on FakeControl::allowed_steps.
   bool WaitBlockedInStep() {
     return WaitFor([&] {
@@ -79,6 +131,29 @@ class JobManagerTest : public ::testing::Test {
   Metrics metrics_{"test"};
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<JobManager> manager_;
+};
+
+// Collects events; OnJobEvent runs under the manager's mutex on the job thread.
+class Collector : public JobEventSink {
+ public:
+  void OnJobEvent(const v1::JobEvent& event, bool last) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(event);
+    if (last) ++lasts_;
+  }
+  std::vector<v1::JobEvent> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  int lasts() {
+    absl::MutexLock lock(&mu_);
+    return lasts_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::JobEvent> events_;
+  int lasts_ = 0;
 };
 
 TEST_F(JobManagerTest, RunsToSucceededAndRecordsEverything) {
@@ -302,6 +377,163 @@ TEST_F(JobManagerTest, JobsFoundRunningInTheStoreBecomeFailed) {
             std::string::npos) << found.error();
 }
 
+// Issue 18, case 1: a job failing with raw bytes of a data file in its message; then one
+// record that does not parse and one an old daemon wrote with non-UTF-8 text. The
+// manager serves them all, escaped, across a restart, and runs new jobs.
+TEST_F(JobManagerTest, NonUtf8ErrorsAndUnreadableRecordsDoNotStopTheDaemon) {
+  {
+    absl::MutexLock lock(&control_->mu);
+    control_->fail_at_step = 1;
+    control_->fail_message = "data.jsonl:1: not JSON: \xff\xfe[1,2,3]";
+  }
+  const v1::Job failed = Submit(3);
+  ASSERT_TRUE(WaitState(failed.id(), v1::JOB_STATE_FAILED));
+  const std::string escaped = "data.jsonl:1: not JSON: \\xFF\\xFE[1,2,3]";
+  EXPECT_NE(Get(failed.id()).error().find(escaped), std::string::npos) << Get(failed.id()).error();
+  {
+    absl::MutexLock lock(&control_->mu);
+    control_->fail_at_step = -1;
+  }
+  manager_.reset();
+  InsertRaw("job-0000000000bb", v1::JOB_STATE_RUNNING, "\x0a\xff\xff\xff");
+  v1::Job old;
+  old.set_id("job-0000000000cc");
+  old.set_state(v1::JOB_STATE_FAILED);
+  old.set_error("tokenizer.json: \xc3\x28");
+  std::string blob;
+  ASSERT_TRUE(old.SerializeToString(&blob));
+  InsertRaw(old.id(), old.state(), blob);
+
+  Open();  // the daemon starts
+  EXPECT_EQ(Get(failed.id()).state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(Get(failed.id()).error().find(escaped), std::string::npos);
+  const v1::Job broken = Get("job-0000000000bb");
+  EXPECT_EQ(broken.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(broken.error().find("could not read this job's record"), std::string::npos) << broken.error();
+  EXPECT_EQ(Get("job-0000000000cc").error(), "tokenizer.json: \\xC3(");
+  auto listed = manager_->List({}, 0, "");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->jobs.size(), 3u);
+  const v1::Job next = Submit(2);
+  EXPECT_TRUE(WaitState(next.id(), v1::JOB_STATE_SUCCEEDED));
+  {
+    absl::MutexLock lock(&control_->mu);
+    EXPECT_EQ(control_->creates, 2) << "the unreadable RUNNING record is never resumed";
+  }
+}
+
+// Issue 18, case 2: a job that took the daemon down (kill -9 while it ran, before it
+// completed a step) is resumed at the next starts, but not forever: after its third
+// such run it is FAILED, saying why, and not started again.
+TEST_F(JobManagerTest, JobThatKeepsTakingTheDaemonDownIsNotResumedForever) {
+  manager_.reset();
+  HoldCreate(true);
+  Open();
+  const v1::Job job = *manager_->Submit(Durable(4));
+  ASSERT_TRUE(WaitCreates(1));
+  for (int crash = 1; crash <= 2; ++crash) {
+    Crash();
+    Open();
+    ASSERT_TRUE(WaitCreates(crash + 1)) << "resumed after crash " << crash;
+    EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_RUNNING);
+  }
+  Crash();
+  Open();
+  const v1::Job failed = Get(job.id());
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(failed.error().find("the daemon stopped 3 times while running this job"), std::string::npos)
+      << failed.error();
+  EXPECT_NE(failed.error().find("at step 0 of 4; it is not resumed again"), std::string::npos)
+      << failed.error();
+  std::this_thread::sleep_for(100ms);
+  absl::MutexLock lock(&control_->mu);
+  EXPECT_EQ(control_->creates, 3) << "not started a fourth time";
+}
+
+// Only runs ended by the daemon dying count, and a completed step starts the count anew:
+// a job that progresses between crashes, or whose daemon is stopped cleanly, goes on.
+TEST_F(JobManagerTest, ProgressAndCleanShutdownsDoNotCountAgainstAJob) {
+  manager_.reset();
+  HoldCreate(true);
+  Open();
+  const v1::Job job = *manager_->Submit(Durable(1000));
+  ASSERT_TRUE(WaitCreates(1));
+  Crash();
+  Open();
+  ASSERT_TRUE(WaitCreates(2));
+  control_->Allow(1);
+  HoldCreate(false);
+  ASSERT_TRUE(WaitStep(job.id(), 1));  // progress
+  ASSERT_TRUE(WaitBlockedInStep());
+  for (int crash = 1; crash <= 2; ++crash) {  // the first lands in the run that progressed
+    Crash();
+    Open();
+    ASSERT_TRUE(WaitCreates(2 + crash));
+  }
+  EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_RUNNING);
+  // A clean shutdown while it is paused, before a step: not a crash.
+  ASSERT_TRUE(manager_->Pause(job.id()).ok());
+  control_->Allow(0);
+  HoldCreate(false);
+  ASSERT_TRUE(WaitState(job.id(), v1::JOB_STATE_PAUSED));
+  HoldCreate(true);
+  Open();
+  EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_PAUSED) << Get(job.id()).error();
+  ASSERT_TRUE(manager_->Resume(job.id()).ok());
+  ASSERT_TRUE(WaitCreates(5));
+  Crash();  // the second crash since its last step: the clean stop did not count
+  Open();
+  ASSERT_TRUE(WaitCreates(6));
+  EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_RUNNING);
+  Crash();  // the third
+  Open();
+  EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(Get(job.id()).error().find("stopped 3 times"), std::string::npos) << Get(job.id()).error();
+}
+
+// Issue 18, case 6: a full state directory.
+TEST_F(JobManagerTest, SubmitOnAFullStoreIsResourceExhausted) {
+  ASSERT_TRUE(store_->SetMaxPages(1).ok());
+  v1::JobSpec spec = Spec(2);
+  spec.set_output_dir("/out/" + std::string(20000, 'o'));  // a record that needs pages
+  absl::StatusOr<v1::Job> job = manager_->Submit(spec);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted) << job.status();
+  EXPECT_NE(job.status().message().find("jobs.db"), absl::string_view::npos) << job.status();
+  EXPECT_TRUE(manager_->List({}, 0, "")->jobs.empty());
+  ASSERT_TRUE(store_->SetMaxPages(1 << 30).ok());
+  EXPECT_TRUE(manager_->Submit(spec).ok());
+}
+
+TEST_F(JobManagerTest, FinalStateIsShownOnlyOnceRecorded) {
+  {
+    absl::MutexLock lock(&control_->mu);
+    control_->digest_bytes = 20000;  // the SUCCEEDED record needs pages the store lacks
+  }
+  control_->Allow(1);
+  const v1::Job job = Submit(2);
+  ASSERT_TRUE(WaitStep(job.id(), 1));
+  ASSERT_TRUE(WaitBlockedInStep());
+  ASSERT_TRUE(store_->SetMaxPages(1).ok());
+  Collector events;
+  ASSERT_TRUE(manager_->Subscribe(job.id(), false, &events).ok());
+  control_->Allow(INT64_MAX);
+  ASSERT_TRUE(WaitFor([&] { return Get(job.id()).error().find("cannot record") != std::string::npos; }, 10s));
+  v1::Job pending = Get(job.id());
+  EXPECT_EQ(pending.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_NE(pending.error().find("SUCCEEDED"), std::string::npos) << pending.error();
+  EXPECT_NE(pending.error().find("full"), std::string::npos) << pending.error();
+  std::this_thread::sleep_for(1500ms);  // retried, still not recorded
+  EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(events.lasts(), 0);
+  ASSERT_TRUE(store_->SetMaxPages(1 << 30).ok());  // space returns
+  ASSERT_TRUE(WaitState(job.id(), v1::JOB_STATE_SUCCEEDED));
+  EXPECT_TRUE(Get(job.id()).error().empty()) << Get(job.id()).error();
+  EXPECT_TRUE(WaitFor([&] { return events.lasts() == 1; }, 10s));
+  Open();
+  EXPECT_EQ(Get(job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Get(job.id()).weights_digest().size(), 20000u);
+}
+
 // With a checkpoint_dir, a job found RUNNING continues ahead of the queue, one found
 // PAUSED stays PAUSED (across another restart too) and holds the queue until resumed
 // or cancelled, and one whose cancel was requested is CANCELLED. (The fake trainer
@@ -395,29 +627,6 @@ TEST_F(JobManagerTest, ListFiltersByStateAndPages) {
   EXPECT_EQ(manager_->List({}, 5000, "").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(manager_->List({}, -1, "").status().code(), absl::StatusCode::kInvalidArgument);
 }
-
-// Collects events; OnJobEvent runs under the manager's mutex on the job thread.
-class Collector : public JobEventSink {
- public:
-  void OnJobEvent(const v1::JobEvent& event, bool last) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(event);
-    if (last) ++lasts_;
-  }
-  std::vector<v1::JobEvent> events() {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-  int lasts() {
-    absl::MutexLock lock(&mu_);
-    return lasts_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::JobEvent> events_;
-  int lasts_ = 0;
-};
 
 TEST_F(JobManagerTest, SubscribersGetSnapshotStepsAndTheLastEvent) {
   control_->Allow(0);

@@ -1,9 +1,17 @@
 // Metrics: names, values after a step, per-GPU series, host figures, the HTTP endpoint
-// on cpp-httplib.
+// (scraped with cpp-httplib's client), also while other clients hold connections.
 #include "server/metrics.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <vector>
 
 #define CPPHTTPLIB_OPENSSL_SUPPORT
 #include <httplib.h>
@@ -200,6 +208,76 @@ TEST(MetricsHttpTest, StopRightAfterStartDoesNotHang) {
     auto server = MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string(); });
     ASSERT_TRUE(server.ok());
   }
+}
+
+// Opens a TCP connection to 127.0.0.1:`port` without waiting on a full accept queue;
+// sends `bytes` once connected (within a second). Returns the socket.
+int OpenConnection(int port, const std::string& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  if (!bytes.empty()) {
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, 1000) == 1) (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  }
+  return fd;
+}
+
+// Issue 18: slow or many clients must not keep scrapes waiting. 64 connections that send
+// nothing, 64 that stop halfway through their request line and 32 that send a request
+// and never read: a scrape is still answered at once.
+TEST(MetricsHttpTest, ScrapesAreAnsweredWhileManyClientsHoldConnections) {
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string(100000, '#') + "\n"; });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<int> held;
+  for (int i = 0; i < 64; ++i) held.push_back(OpenConnection(port, ""));
+  for (int i = 0; i < 64; ++i) held.push_back(OpenConnection(port, "GET /metr"));
+  for (int i = 0; i < 32; ++i) held.push_back(OpenConnection(port, "GET /metrics HTTP/1.1\r\n\r\n"));
+  const auto start = std::chrono::steady_clock::now();
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(5, 0);
+  for (int i = 0; i < 3; ++i) {
+    auto response = client.Get("/metrics");
+    ASSERT_TRUE(response) << "scrape " << i << " not answered";
+    EXPECT_EQ(response->status, 200);
+    EXPECT_EQ(response->body.size(), 100001u);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  for (int fd : held) close(fd);
+}
+
+// A connection that never completes its request is closed at the timeout, and past
+// max_connections the oldest connections give way to new ones.
+TEST(MetricsHttpTest, IdleConnectionsAreClosedAndTheOldestGiveWay) {
+  MetricsHttpLimits limits;
+  limits.max_connections = 8;
+  limits.connection_timeout = absl::Milliseconds(300);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string("slidedp_x 1\n"); }, limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // The server closes a connection that does not finish its request in time: a read
+  // sees the end of the stream.
+  const auto start = std::chrono::steady_clock::now();
+  const int idle = OpenConnection((*server)->port(), "GET /");
+  pollfd p{idle, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1);
+  char byte;
+  EXPECT_LE(recv(idle, &byte, 1, 0), 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  close(idle);
+  // 20 connections held open against a limit of 8: the oldest give way to the scrape.
+  std::vector<int> held;
+  for (int i = 0; i < 20; ++i) held.push_back(OpenConnection((*server)->port(), ""));
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_read_timeout(5, 0);
+  auto response = client.Get("/metrics");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->body, "slidedp_x 1\n");
+  for (int fd : held) close(fd);
 }
 
 }  // namespace

@@ -5,6 +5,12 @@
 
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define CPPHTTPLIB_OPENSSL_SUPPORT
+#include <httplib.h>
 
 #include <filesystem>
 #include <thread>
@@ -206,6 +212,47 @@ TEST_F(ServiceTest, OversizedAndUnknownFieldRequestsAreRefusedAndTheDaemonStaysU
   ExpectAlive();
 }
 
+// Issue 18, case 1: a job failing with the raw bytes of a data file in its message
+// (\xff\xfe is not UTF-8) broke GetJob and ListJobs for every client, and the restart.
+TEST_F(ServiceTest, JobErrorsWithInvalidUtf8KeepTheApiAndTheRestartWorking) {
+  {
+    absl::MutexLock lock(&control_->mu);
+    control_->fail_at_step = 2;
+    control_->fail_message = "data.jsonl:1: not JSON: \xff\xfe[1,2,3]";
+  }
+  Start();
+  v1::Job job;
+  ASSERT_TRUE(Submit(Small(5), &job).ok());
+  const std::string escaped = "data.jsonl:1: not JSON: \\xFF\\xFE[1,2,3]";
+  auto get = [&](v1::Job* out) {
+    v1::GetJobRequest request;
+    request.set_id(job.id());
+    return stub_->GetJob(Context().get(), request, out);
+  };
+  v1::Job got;
+  ASSERT_TRUE(testing::WaitFor([&] { return get(&got).ok() && got.state() == v1::JOB_STATE_FAILED; }, 10s))
+      << get(&got).error_message();
+  EXPECT_NE(got.error().find(escaped), std::string::npos) << got.error();
+  v1::ListJobsResponse listed;
+  grpc::Status s = stub_->ListJobs(Context().get(), v1::ListJobsRequest(), &listed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_NE(listed.jobs(0).error().find(escaped), std::string::npos);
+  grpc::Status watch;
+  std::vector<v1::JobEvent> events = Watch(job.id(), &watch);
+  ASSERT_TRUE(watch.ok()) << watch.error_message();
+  ASSERT_FALSE(events.empty());
+
+  daemon_.reset();
+  Start();  // the same state directory
+  ASSERT_TRUE(get(&got).ok());
+  EXPECT_EQ(got.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(got.error().find(escaped), std::string::npos) << got.error();
+  s = stub_->ListJobs(Context().get(), v1::ListJobsRequest(), &listed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectAlive();
+}
+
 TEST_F(ServiceTest, BearerTokenIsRequiredWhenConfigured) {
   Start("s3cret");
   v1::Job job;
@@ -307,6 +354,71 @@ TEST_F(ServiceTest, ManyWatchersAndCancelledWatchers) {
   control_->Allow(INT64_MAX);
   for (std::thread& t : watchers) t.join();
   EXPECT_EQ(succeeded.load(), 8);
+  ExpectAlive();
+}
+
+// Issue 18 class: the metrics endpoint keeps answering while gRPC clients are busy or
+// many (8 threads calling without pause, 16 open WatchJob streams) and 64 connections to
+// the metrics port sit idle.
+TEST_F(ServiceTest, MetricsAnswerWhileGrpcAndHttpClientsAreBusy) {
+  Start();
+  control_->Allow(0);
+  v1::Job job;
+  ASSERT_TRUE(Submit(Small(20), &job).ok());
+  const std::string address = daemon_->metrics_address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    idle.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&] {
+      while (!stop) {
+        v1::ListJobsResponse listed;
+        (void)stub_->ListJobs(Context().get(), v1::ListJobsRequest(), &listed);
+        v1::NodeInfo node;
+        (void)stub_->GetNode(Context().get(), v1::GetNodeRequest(), &node);
+      }
+    });
+  }
+  std::vector<std::unique_ptr<grpc::ClientContext>> watch_contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> watches;
+  for (int i = 0; i < 16; ++i) {
+    watch_contexts.push_back(std::make_unique<grpc::ClientContext>());
+    v1::WatchJobRequest request;
+    request.set_id(job.id());
+    watches.push_back(stub_->WatchJob(watch_contexts.back().get(), request));
+  }
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(5, 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) {
+    auto response = client.Get("/metrics");
+    ASSERT_TRUE(response) << "scrape " << i;
+    EXPECT_EQ(response->status, 200);
+    EXPECT_NE(response->body.find("slidedp_"), std::string::npos);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  for (auto& context : watch_contexts) context->TryCancel();
+  for (auto& reader : watches) {
+    v1::JobEvent event;
+    while (reader->Read(&event)) {
+    }
+    (void)reader->Finish();
+  }
+  for (int fd : idle) close(fd);
+  control_->Allow(INT64_MAX);
   ExpectAlive();
 }
 

@@ -144,6 +144,24 @@ TEST(SpecTranslationTest, PathsAreCheckedAndMadeCanonical) {
   EXPECT_NE(model.message().find("--model_roots"), absl::string_view::npos) << model;
 }
 
+// Issue 18: a symlink under a root may resolve to a name that is not UTF-8; the job's
+// spec shows canonical paths as proto3 strings, so such a path is refused, named.
+TEST(SpecTranslationTest, PathsThatResolveToNonUtf8NamesAreRefused) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.Join("data"));
+  testing::WriteFile(dir.Join("data/\xff\xfe.bin"), std::string(64, '\0'));
+  std::filesystem::create_symlink(dir.Join("data/\xff\xfe.bin"), dir.Join("data/link.bin"));
+  auto paths = PathPolicy::Create(PathRoots{{}, {dir.Join("data")}, {}});
+  ASSERT_TRUE(paths.ok());
+  v1::JobSpec spec;
+  spec.mutable_data()->set_format("tokens");
+  spec.mutable_data()->set_path(dir.Join("data/link.bin"));
+  absl::Status s = JobSpecToTrainConfig(spec, *paths).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("data.path: resolves to"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("\\xFF\\xFE.bin"), absl::string_view::npos) << s;
+}
+
 TEST(SpecTranslationTest, TextDataPathsAreCheckedAgainstTheirRoots) {
   TempDir dir;
   for (const char* sub : {"models/q", "data", "out"}) std::filesystem::create_directories(dir.Join(sub));
