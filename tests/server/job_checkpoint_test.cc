@@ -137,8 +137,10 @@ class JobCheckpointTest : public ::testing::Test {
   }
 
   v1::Job Get(const std::string& id) { return *manager_->Get(id); }
+  // True once the job is in `state`; false as soon as it is in another final state.
   bool WaitState(const std::string& id, v1::JobState state) {
-    return WaitFor([&] { return Get(id).state() == state; }, 120s);
+    WaitFor([&] { return Get(id).state() == state || IsTerminal(Get(id).state()); }, 120s);
+    return Get(id).state() == state;
   }
   std::string Run(const v1::JobSpec& spec) {
     absl::StatusOr<v1::Job> job = manager_->Submit(spec);
