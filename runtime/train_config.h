@@ -101,6 +101,11 @@ struct TrainConfig {
   // from the model. The checkpoint's job must match this one in everything that shapes
   // the trajectory (model, data, batch, steps, optimizer, seed).
   std::string resume_from;
+  // The run this job is, recorded in every checkpoint it writes: a resume refuses a
+  // checkpoint of another run (naming both) and pruning deletes only this run's. The
+  // daemon sets it to the job id; not a job-file field (slidedp-train leaves it empty:
+  // its checkpoints have no run id, and it may resume from any checkpoint).
+  std::string run_id;
   int max_bad_steps = 5;          // non-finite steps in a row before the job fails
   std::string output_dir;         // empty: no export
   PolicyConfig policy;

@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/io/user_text.h"
+#include "runtime/state/checkpoint.h"
 #include "server/log.h"
+#include "server/spec_translation.h"
 
 namespace slidedp::server {
 namespace {
@@ -22,6 +24,28 @@ void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
 absl::Status WrongState(const v1::Job& job, absl::string_view action, absl::string_view allowed) {
   return absl::FailedPreconditionError(absl::StrCat("job ", job.id(), " is ", StateName(job.state()),
                                                     "; only ", allowed, " jobs can be ", action));
+}
+
+// A job to continue after a restart shows, from the moment the manager starts, the step
+// and tokens of the checkpoint it will continue from (the newest of its own whose header
+// reads; step 0 if it has none), not the last step persisted before the daemon stopped,
+// so that its step never goes back once clients can see it. Only a checkpoint that then
+// fails verification makes it continue from an older one, and its event says so
+// (job_runner.cc). Returns true if the job changed.
+bool ShowResumePoint(const SpecTranslator& translator, v1::Job* job) {
+  absl::StatusOr<TrainConfig> config = translator(job->spec());
+  if (!config.ok()) return false;  // the job fails when it starts, saying why
+  BindConfigToJob(job->id(), &*config);
+  CheckpointMeta meta;
+  absl::StatusOr<std::string> path = NewestReadableCheckpoint(config->checkpoint_dir, &meta);
+  if (!path.ok() && !absl::IsNotFound(path.status())) return false;
+  if (meta.step == job->step() && meta.tokens_seen == job->tokens_seen()) return false;
+  Log(absl::StrCat("job ", job->id(), " was at step ", job->step(), " when the daemon stopped; it continues from ",
+                   path.ok() ? absl::StrCat("its checkpoint at step ", meta.step, " (", *path, ")")
+                             : "step 0 (it has no checkpoint)"));
+  job->set_step(meta.step);
+  job->set_tokens_seen(meta.tokens_seen);
+  return true;
 }
 
 }  // namespace
@@ -92,6 +116,7 @@ absl::Status JobManager::LoadFromStore() {
     } else if (!IsTerminal(e.job.state()) && !e.job.spec().checkpoint_dir().empty()) {
       e.restored = true;
       restored.push_back(id);
+      if (ShowResumePoint(options_.translator, &e.job)) Persist(e);
     } else if (!IsTerminal(e.job.state())) {
       const std::string error = absl::StrCat(
           "interrupted: the daemon stopped while the job was ", StateName(e.job.state()),

@@ -8,10 +8,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/io/user_text.h"
 #include "runtime/state/checkpoint.h"
 #include "server/job_manager.h"
 #include "server/log.h"
+#include "server/spec_translation.h"
 
 namespace slidedp::server {
 namespace {
@@ -37,6 +39,19 @@ v1::StepEvent ToStepEvent(const StepStats& s) {
   if (s.eval_loss.has_value()) e.set_eval_loss(*s.eval_loss);
   e.set_eval_tokens(s.eval_tokens);
   return e;
+}
+
+// Where a restored job continues from, for its event and the log: "step 0 (...)", or the
+// checkpoint, with the newer ones that failed verification and why.
+std::string ResumeNote(const ResumeReport& r) {
+  if (r.path.empty()) return "step 0 (no checkpoint was written yet)";
+  if (r.passed_over.empty()) return r.path;
+  constexpr size_t kNamed = 3;  // keep_checkpoints may be large: name a few
+  const size_t n = r.passed_over.size();
+  std::vector<std::string> named(r.passed_over.begin(), r.passed_over.begin() + std::min(n, kNamed));
+  if (n > kNamed) named.push_back(absl::StrCat("and ", n - kNamed, " more"));
+  return absl::StrCat(r.path, ", not from the newer ", n == 1 ? "checkpoint" : absl::StrCat(n, " checkpoints"),
+                      " that failed verification (", absl::StrJoin(named, "; "), ")");
 }
 
 }  // namespace
@@ -95,16 +110,15 @@ void JobManager::RunJob(const std::string& id) {
     Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("spec: ", config.status().message()));
     return;
   }
-  std::string from = "step 0 (no checkpoint was written yet)";
+  BindConfigToJob(id, &*config);  // its own run id and checkpoint directory
   if (restored) {
-    absl::StatusOr<std::string> latest = LatestCheckpoint(config->checkpoint_dir);
-    if (latest.ok()) {
-      config->resume_from = *latest;
-      from = *latest;
-    } else if (latest.status().code() != absl::StatusCode::kNotFound) {
-      Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("finding its checkpoint: ", latest.status().message()));
+    // The trainer takes the job's newest checkpoint that verifies (Trainer::resumed()).
+    absl::StatusOr<std::vector<std::string>> found = ListCheckpoints(config->checkpoint_dir);
+    if (!found.ok()) {
+      Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("finding its checkpoint: ", found.status().message()));
       return;
     }
+    if (!found->empty()) config->resume_from = config->checkpoint_dir;
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = options_.trainer_factory(*config);
   if (!trainer.ok()) {
@@ -112,6 +126,7 @@ void JobManager::RunJob(const std::string& id) {
     return;
   }
   if (restored) {
+    const std::string from = ResumeNote((*trainer)->resumed());
     absl::MutexLock lock(&mu_);
     Entry& e = *Find(id);
     e.job.set_step((*trainer)->completed_steps());

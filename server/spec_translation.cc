@@ -1,6 +1,7 @@
 // JobSpec <-> TrainConfig. Stateless; any thread.
 #include "server/spec_translation.h"
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,15 @@ absl::Status CheckPaths(const PathPolicy& paths, TrainConfig* config) {
 }  // namespace
 
 absl::Status CheckSpecWellFormed(const v1::JobSpec& spec) { return CheckMessage(spec, ""); }
+
+std::string JobCheckpointDir(const std::string& checkpoint_dir, const std::string& job_id) {
+  return (std::filesystem::path(checkpoint_dir) / job_id).string();
+}
+
+void BindConfigToJob(const std::string& job_id, TrainConfig* config) {
+  config->run_id = job_id;
+  if (!config->checkpoint_dir.empty()) config->checkpoint_dir = JobCheckpointDir(config->checkpoint_dir, job_id);
+}
 
 TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& s) {
   TrainConfig c;

@@ -27,6 +27,16 @@ absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec,
 // Defaults only, no validation and no path checks (for tests and round trips).
 TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& spec);
 
+// Where job `job_id` keeps its checkpoints: its own directory inside the spec's
+// `checkpoint_dir` ("<checkpoint_dir>/<job_id>"), so that jobs naming the same
+// checkpoint_dir never prune or continue from each other's checkpoints.
+std::string JobCheckpointDir(const std::string& checkpoint_dir, const std::string& job_id);
+
+// Binds `config` (translated from job `job_id`'s spec) to the job: run_id is the job id
+// (recorded in its checkpoints, checked on resume) and, when it has a checkpoint_dir,
+// checkpoints go to JobCheckpointDir. The job's spec keeps the checkpoint_dir as given.
+void BindConfigToJob(const std::string& job_id, TrainConfig* config);
+
 // Every field set, so that the result shows the defaults that were applied.
 v1::JobSpec TrainConfigToJobSpec(const TrainConfig& config);
 

@@ -139,6 +139,44 @@ TEST(Checkpoint, DetectsCorruptionTruncationAndAnotherModel) {
   EXPECT_EQ(ReadCheckpointMeta(dir + "/ckpt-000000003.slidedp").status().code(), absl::StatusCode::kDataLoss);
 }
 
+// Each checkpoint records the run that wrote it; pruning deletes only the writer's own
+// (issue 18, case 7: a job's checkpoint was pruned at once because another job's in the
+// same directory were newer), never the one just written, and never a file whose header
+// does not read. A checkpoint from before run ids reads with none.
+TEST(Checkpoint, RecordsItsRunAndPrunesOnlyThatRunsCheckpoints) {
+  const TempDir dir("runs");
+  Buffers b({10}, 1.0f);
+  const auto write = [&](int64_t step, const std::string& run, int keep) {
+    CheckpointMeta meta = Meta(step);
+    meta.run_id = run;
+    absl::StatusOr<std::string> path = WriteCheckpoint(dir, meta, b.Units(), keep);
+    EXPECT_TRUE(path.ok()) << path.status();
+  };
+  for (int64_t step : {10, 20, 30, 40}) write(step, "job-a", 2);
+  write(5, "job-b", 2);
+  write(6, "job-b", 2);
+  write(7, "job-b", 2);
+  EXPECT_EQ(*ListCheckpoints(dir), (std::vector<std::string>{CheckpointPath(dir, 6), CheckpointPath(dir, 7),
+                                                             CheckpointPath(dir, 30), CheckpointPath(dir, 40)}));
+  EXPECT_EQ(ReadCheckpointMeta(CheckpointPath(dir, 40))->run_id, "job-a");
+  EXPECT_EQ(ReadCheckpointMeta(CheckpointPath(dir, 7))->run_id, "job-b");
+  Buffers back({10}, 0.0f);
+  EXPECT_EQ(ReadCheckpoint(CheckpointPath(dir, 7), back.Units())->run_id, "job-b");
+  // With keep 1, the one just written stays even when a newer one of the run exists
+  // (e.g. a corrupt one that a resume passed over), and an unreadable file is left.
+  std::ofstream(CheckpointPath(dir, 3)) << "not a checkpoint";
+  write(35, "job-a", 1);
+  EXPECT_EQ(*ListCheckpoints(dir), (std::vector<std::string>{CheckpointPath(dir, 3), CheckpointPath(dir, 6),
+                                                             CheckpointPath(dir, 7), CheckpointPath(dir, 35),
+                                                             CheckpointPath(dir, 40)}));
+  // Written before run ids: none.
+  absl::StatusOr<CheckpointMeta> old =
+      ReadCheckpointMeta(std::string(SLIDEDP_SOURCE_DIR) + "/tests/fuzz/corpus/checkpoint/valid.slidedp");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->run_id, "");
+  EXPECT_EQ(old->step, 3);
+}
+
 // A child process writes a large checkpoint and is killed with SIGKILL in the middle;
 // the previous checkpoint stays the latest and reads back intact, and the next write
 // cleans up the partial file.
@@ -297,6 +335,116 @@ TEST(CheckpointResume, RefusesACheckpointOfAnotherJob) {
   other = c;
   other.resume_from = empty;
   EXPECT_EQ(Trainer::Create(other).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Issue 18, case 7: a trainer of one run refuses a checkpoint another run wrote, naming
+// both; without a run id (slidedp-train) any checkpoint of the same job is taken.
+TEST(CheckpointResume, RefusesACheckpointOfAnotherRun) {
+  TrainConfig c = Tiny(4);
+  const TempDir ckpt("other_run");
+  c.checkpoint_dir = ckpt;
+  c.run_id = "job-000000000aaa";
+  auto a = Trainer::Create(c);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->Step().ok());
+  absl::StatusOr<std::string> written = (*a)->SaveCheckpoint();
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(ReadCheckpointMeta(*written)->run_id, "job-000000000aaa");
+  for (const std::string& from : {*written, std::string(ckpt)}) {
+    TrainConfig other = c;
+    other.run_id = "job-000000000bbb";
+    other.resume_from = from;
+    auto b = Trainer::Create(other);
+    ASSERT_FALSE(b.ok()) << from;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+    EXPECT_NE(b.status().message().find("job-000000000aaa"), std::string::npos) << b.status();
+    EXPECT_NE(b.status().message().find("job-000000000bbb"), std::string::npos) << b.status();
+    EXPECT_NE(b.status().message().find(*written), std::string::npos) << b.status();
+  }
+  TrainConfig same = c;
+  same.resume_from = ckpt;
+  auto resumed = Trainer::Create(same);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ((*resumed)->completed_steps(), 1);
+  TrainConfig no_run = c;
+  no_run.run_id.clear();
+  no_run.resume_from = *written;
+  EXPECT_TRUE(Trainer::Create(no_run).ok()) << "slidedp-train (no run id) keeps today's behaviour";
+}
+
+// Issue 18, case 8: the newest checkpoint of a directory fails verification (bytes of
+// its payload flipped, or the file truncated): the resume passes over it to the newest
+// one that verifies, says which one it passed over and why, and continues bit-exactly
+// as a resume from that one directly does. When none verifies, it fails naming them.
+TEST(CheckpointResume, PassesOverACorruptNewestCheckpoint) {
+  TrainConfig c = Tiny(8);
+  const TempDir ckpt("fallback");
+  c.checkpoint_dir = ckpt;
+  c.checkpoint_interval = 2;
+  c.run_id = "run-1";
+  {
+    auto a = Trainer::Create(c);
+    ASSERT_TRUE(a.ok()) << a.status();
+    slidedp::Run(**a, 7);  // checkpoints at 2, 4, 6
+  }
+  ASSERT_EQ(ListCheckpoints(ckpt)->size(), 3u);
+  const std::string at4 = CheckpointPath(ckpt, 4), at6 = CheckpointPath(ckpt, 6);
+  // What a resume from step 4's checkpoint itself does.
+  TrainConfig direct = c;
+  direct.checkpoint_dir.clear();
+  direct.checkpoint_interval = 0;
+  direct.resume_from = at4;
+  auto d = Trainer::Create(direct);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->resumed().path, at4);
+  const std::vector<double> expected = slidedp::Run(**d, 4);
+  const std::string digest = (*d)->WeightsDigest();
+
+  const std::string pristine = ckpt + "/pristine";
+  fs::copy_file(at6, pristine);
+  const auto size = fs::file_size(at6);
+  for (const char* damage : {"flipped", "truncated"}) {
+    fs::copy_file(pristine, at6, fs::copy_options::overwrite_existing);
+    if (std::string(damage) == "flipped") {
+      std::fstream f(at6, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(size / 2));
+      f.write("Þ­¾ï", 4);
+    } else {
+      fs::resize_file(at6, size - 1000);
+    }
+    TrainConfig again = c;
+    again.checkpoint_dir.clear();
+    again.checkpoint_interval = 0;
+    again.resume_from = ckpt;
+    auto t = Trainer::Create(again);
+    ASSERT_TRUE(t.ok()) << damage << ": " << t.status();
+    EXPECT_EQ((*t)->completed_steps(), 4) << damage;
+    const ResumeReport r = (*t)->resumed();
+    EXPECT_EQ(r.path, at4) << damage;
+    EXPECT_EQ(r.step, 4) << damage;
+    ASSERT_EQ(r.passed_over.size(), 1u) << damage;
+    EXPECT_NE(r.passed_over[0].find(at6), std::string::npos) << r.passed_over[0];
+    EXPECT_NE(r.passed_over[0].find(std::string(damage) == "flipped" ? "checksum mismatch" : "truncated"),
+              std::string::npos) << r.passed_over[0];
+    EXPECT_EQ(slidedp::Run(**t, 4), expected) << damage;
+    EXPECT_EQ((*t)->WeightsDigest(), digest) << damage << ": bit-exact with a resume from step 4 directly";
+  }
+
+  // None verifies: DATA_LOSS naming each, not a silent start from step 0.
+  for (int64_t step : {2, 4}) {
+    const std::string path = CheckpointPath(ckpt, step);
+    fs::resize_file(path, fs::file_size(path) - 8);
+  }
+  TrainConfig again = c;
+  again.resume_from = ckpt;
+  auto t = Trainer::Create(again);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss) << t.status();
+  EXPECT_NE(t.status().message().find("none of the 3 checkpoints in " + std::string(ckpt) + " verifies"),
+            std::string::npos) << t.status();
+  for (int64_t step : {2, 4, 6}) {
+    EXPECT_NE(t.status().message().find(CheckpointPath(ckpt, step)), std::string::npos) << t.status();
+  }
 }
 
 // An absurd learning rate makes the weights overflow: the steps after it are skipped

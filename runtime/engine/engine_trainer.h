@@ -69,8 +69,10 @@ class EngineTrainer final : public Trainer {
   }
   absl::StatusOr<std::string> SaveCheckpoint() override;
   int64_t tokens_seen() const override { return tokens_seen_; }
-  // Continues from checkpoint `path` (right after construction, before any step).
-  absl::Status Restore(const std::string& path);
+  ResumeReport resumed() const override { return resumed_; }
+  // Continues from resume_from `from`, a checkpoint file or a directory whose newest
+  // checkpoint that verifies is taken (right after construction, before any step).
+  absl::Status Restore(const std::string& from);
   absl::Status ExportHf(const std::string& dir) override;
 
  private:
@@ -82,6 +84,9 @@ class EngineTrainer final : public Trainer {
       const std::string& what, const std::function<absl::StatusOr<WorkerStepResult>(int)>& run);
   // The held-out evaluation after completed_steps() steps, into s.eval_*.
   absl::Status Evaluate(StepStats& s);
+  // Continues from checkpoint file `path`; `*corrupt` tells a file that fails
+  // verification (DATA_LOSS: a directory's resume then tries the next older one).
+  absl::Status RestoreFile(const std::string& path, bool* corrupt);
   // The host state's buffers, unit by unit, for checkpoint files.
   std::vector<CheckpointUnit> CheckpointUnits();
   // After a step: counts non-finite steps (failing after max_bad_steps in a row) and
@@ -118,6 +123,7 @@ class EngineTrainer final : public Trainer {
   int64_t tokens_seen_ = 0;
   int64_t skipped_steps_ = 0;
   int64_t bad_in_row_ = 0;
+  ResumeReport resumed_;
 };
 
 }  // namespace trainer_internal

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include <ATen/Context.h>
 #include "runtime/data/dataset.h"
 #include "runtime/engine/batch_tensors.h"
@@ -182,18 +183,53 @@ absl::StatusOr<std::string> EngineTrainer::SaveCheckpoint() {
   meta.seed = config_.seed;
   meta.data_cursor = data_->Cursor();
   meta.config_json = TrainConfigToJson(requested_);
+  meta.run_id = requested_.run_id;
   return WriteCheckpoint(config_.checkpoint_dir, meta, CheckpointUnits(), config_.keep_checkpoints);
 }
 
 absl::Status EngineTrainer::Restore(const std::string& from) {
-  std::string path = from;
-  if (std::filesystem::is_directory(from)) {
-    absl::StatusOr<std::string> latest = LatestCheckpoint(from);
-    if (!latest.ok()) return absl::NotFoundError(absl::StrCat("resume_from: ", latest.status().message()));
-    path = *latest;
+  if (!std::filesystem::is_directory(from)) {
+    bool corrupt = false;
+    if (absl::Status s = RestoreFile(from, &corrupt); !s.ok()) return s;
+    resumed_ = ResumeReport{from, step_, {}};
+    return absl::OkStatus();
   }
+  absl::StatusOr<std::vector<std::string>> all = ListCheckpoints(from);
+  if (!all.ok()) return absl::Status(all.status().code(), absl::StrCat("resume_from: ", all.status().message()));
+  if (all->empty()) return absl::NotFoundError(absl::StrCat("resume_from: no checkpoint in ", from));
+  // Newest first; one that fails verification leaves the buffers partly overwritten,
+  // which the next (complete) read overwrites whole.
+  std::vector<std::string> passed_over;
+  for (auto it = all->rbegin(); it != all->rend(); ++it) {
+    bool corrupt = false;
+    absl::Status s = RestoreFile(*it, &corrupt);
+    if (s.ok()) {
+      resumed_ = ResumeReport{*it, step_, std::move(passed_over)};
+      return absl::OkStatus();
+    }
+    if (!corrupt) return s;
+    passed_over.emplace_back(s.message());
+  }
+  constexpr size_t kNamed = 3;  // keep_checkpoints may be large: name a few
+  const size_t n = passed_over.size();
+  passed_over.resize(std::min(n, kNamed));
+  if (n > kNamed) passed_over.push_back(absl::StrCat("and ", n - kNamed, " more"));
+  return absl::DataLossError(absl::StrCat("resume_from: none of the ", n, " checkpoints in ", from,
+                                          " verifies: ", absl::StrJoin(passed_over, "; ")));
+}
+
+absl::Status EngineTrainer::RestoreFile(const std::string& path, bool* corrupt) {
   absl::StatusOr<CheckpointMeta> head = ReadCheckpointMeta(path);
-  if (!head.ok()) return head.status();
+  if (!head.ok()) {
+    *corrupt = absl::IsDataLoss(head.status());
+    return head.status();
+  }
+  if (!requested_.run_id.empty() && head->run_id != requested_.run_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resume_from: checkpoint ", path, " belongs to run ",
+        head->run_id.empty() ? "(none: written without a run id)" : absl::StrCat("'", head->run_id, "'"),
+        ", not to this run '", requested_.run_id, "'"));
+  }
   absl::StatusOr<TrainConfig> saved = ParseTrainConfig(head->config_json, path);
   if (!saved.ok()) return saved.status();
   if (std::string diff = TrajectoryMismatch(*saved, requested_); !diff.empty()) {
@@ -205,7 +241,10 @@ absl::Status EngineTrainer::Restore(const std::string& from) {
                                                       head->step, ", past steps ", config_.steps));
   }
   absl::StatusOr<CheckpointMeta> meta = ReadCheckpoint(path, CheckpointUnits());
-  if (!meta.ok()) return meta.status();
+  if (!meta.ok()) {
+    *corrupt = absl::IsDataLoss(meta.status());
+    return meta.status();
+  }
   if (absl::Status s = data_->Restore(meta->data_cursor); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("resume_from: ", path, ": data cursor: ", s.message()));
   }

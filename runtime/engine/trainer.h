@@ -80,6 +80,16 @@ struct EvalOptions {
   int64_t batches = 1;               // >= 1
 };
 
+// Where a trainer created with TrainConfig::resume_from continued from.
+struct ResumeReport {
+  std::string path;   // the checkpoint file its state came from; empty: not resumed
+  int64_t step = 0;   // ... at this step
+  // resume_from a directory: its newer checkpoints that failed verification (corrupt or
+  // truncated) and were passed over, newest first, each as its DATA_LOSS message (which
+  // names the file and what is wrong with it).
+  std::vector<std::string> passed_over;
+};
+
 // What the trainer reads besides its config.
 struct TrainerInputs {
   std::unique_ptr<Dataset> train;  // null: OpenDataset(config.data, ...)
@@ -122,12 +132,18 @@ class Trainer {
   virtual absl::Status ExportHf(const std::string& dir) = 0;
 
   // Writes a checkpoint of the state after completed_steps() into the config's
-  // checkpoint_dir (after Drain()) and keeps its keep_checkpoints newest; returns the
-  // path. Create() with config.resume_from set continues from one bit-exactly
-  // (runtime/state/checkpoint.h).
+  // checkpoint_dir (after Drain()), recording config.run_id, and keeps the run's
+  // keep_checkpoints newest; returns the path. Create() with config.resume_from set
+  // continues from one bit-exactly (runtime/state/checkpoint.h): from that file, or
+  // from a directory's newest checkpoint that verifies (newer corrupt ones are passed
+  // over and reported in resumed(); none verifying is DATA_LOSS naming each). With a
+  // config.run_id, a checkpoint of another run is FAILED_PRECONDITION naming both.
   virtual absl::StatusOr<std::string> SaveCheckpoint() {
     return absl::UnimplementedError("this trainer cannot write checkpoints");
   }
+
+  // Where Create() with resume_from continued from; empty path if it did not.
+  virtual ResumeReport resumed() const { return ResumeReport(); }
 
   // Tokens with a loss in the completed steps (restored from a checkpoint).
   virtual int64_t tokens_seen() const { return 0; }

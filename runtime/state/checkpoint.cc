@@ -140,6 +140,7 @@ std::string HeaderJson(const CheckpointMeta& meta, const std::vector<CheckpointU
             {"seed", meta.seed},
             {"data_cursor", meta.data_cursor},
             {"config", meta.config_json},
+            {"run_id", meta.run_id},
             {"units", units_json}};
   return h.dump();
 }
@@ -180,6 +181,10 @@ absl::StatusOr<Header> ParseHeader(const std::string& path, const std::string& t
                          Get(h, "seed", path, &m.seed), Get(h, "data_cursor", path, &m.data_cursor),
                          Get(h, "config", path, &m.config_json)}) {
     if (!s.ok()) return s;
+  }
+  // Absent in checkpoints written before run ids were recorded: no run id.
+  if (h.contains("run_id")) {
+    if (absl::Status s = Get(h, "run_id", path, &m.run_id); !s.ok()) return s;
   }
   auto units = h.find("units");
   if (units == h.end() || !units->is_array()) {
@@ -223,6 +228,27 @@ absl::StatusOr<Header> ReadHeader(int fd, const std::string& path, Checksum* sum
   return h;
 }
 
+// Deletes all but the `keep` newest checkpoints of run `run_id` in `dir`, never `written`
+// (the one just written, even when a newer one of the run is kept: e.g. a corrupt one a
+// resume passed over). Checkpoints of other runs and files whose header does not read
+// (owner unknown) are left alone. Best effort: a failure here loses nothing.
+void PruneRun(const std::string& dir, const std::string& run_id, const std::string& written, int keep) {
+  absl::StatusOr<std::vector<std::string>> all = ListCheckpoints(dir);
+  if (!all.ok()) return;
+  std::vector<std::string> own;  // oldest first, `written` included
+  for (const std::string& path : *all) {
+    if (path != written) {
+      absl::StatusOr<CheckpointMeta> m = ReadCheckpointMeta(path);
+      if (!m.ok() || m->run_id != run_id) continue;
+    }
+    own.push_back(path);
+  }
+  std::error_code ec;
+  for (size_t i = 0; i + std::max(keep, 1) < own.size(); ++i) {
+    if (own[i] != written) fs::remove(own[i], ec);
+  }
+}
+
 }  // namespace
 
 std::string CheckpointPath(const std::string& dir, int64_t step) {
@@ -249,6 +275,18 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   if (!all.ok()) return all.status();
   if (all->empty()) return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir));
   return all->back();
+}
+
+absl::StatusOr<std::string> NewestReadableCheckpoint(const std::string& dir, CheckpointMeta* meta) {
+  absl::StatusOr<std::vector<std::string>> all = ListCheckpoints(dir);
+  if (!all.ok()) return all.status();
+  for (auto it = all->rbegin(); it != all->rend(); ++it) {
+    absl::StatusOr<CheckpointMeta> m = ReadCheckpointMeta(*it);
+    if (!m.ok()) continue;
+    *meta = *std::move(m);
+    return *it;
+  }
+  return absl::NotFoundError(absl::StrCat("no checkpoint with a readable header in ", dir));
 }
 
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMeta& meta,
@@ -292,11 +330,8 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
     ::unlink(tmp.c_str());
     return s;
   }
-  // Prune: all but the `keep` newest, and leftovers of writes that were killed.
-  absl::StatusOr<std::vector<std::string>> all = ListCheckpoints(dir);
-  if (all.ok()) {
-    for (size_t i = 0; i + std::max(keep, 1) < all->size(); ++i) fs::remove((*all)[i], ec);
-  }
+  PruneRun(dir, meta.run_id, path, keep);
+  // Leftovers of writes that were killed.
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (absl::EndsWith(name, ".tmp") && StepOfName(name.substr(0, name.size() - 4)) >= 0) {

@@ -31,6 +31,9 @@ struct CheckpointMeta {
   uint64_t seed = 0;
   std::string data_cursor;  // Dataset::Cursor()
   std::string config_json;  // TrainConfigToJson of the job
+  // The run that wrote it (TrainConfig::run_id; the daemon's job id). Empty: no run id
+  // (slidedp-train, or a checkpoint written before run ids were recorded).
+  std::string run_id;
 };
 
 // One unit's buffers: for writing they are read, for reading they are filled. Each
@@ -47,8 +50,9 @@ struct CheckpointUnit {
 std::string CheckpointPath(const std::string& dir, int64_t step);
 
 // Writes a checkpoint of `meta` and `units` into `dir` (created if missing), then
-// deletes all but the `keep` newest checkpoints and any leftover "*.tmp" file. Returns
-// the path written. On any failure (e.g. ENOSPC, EFBIG) the partial file is removed,
+// deletes all but the `keep` newest checkpoints of the same run (meta.run_id; the one
+// just written is always kept; checkpoints of other runs, and files whose header does
+// not read, are never deleted) and any leftover "*.tmp" file. Returns the path written. On any failure (e.g. ENOSPC, EFBIG) the partial file is removed,
 // the previous checkpoints are untouched, and the error names the file and the cause.
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMeta& meta,
                                             const std::vector<CheckpointUnit>& units, int keep);
@@ -57,10 +61,17 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
 // and other names are ignored. An absent directory has none.
 absl::StatusOr<std::vector<std::string>> ListCheckpoints(const std::string& dir);
 
-// The newest checkpoint in `dir`; NOT_FOUND if it has none.
+// The newest checkpoint in `dir`; NOT_FOUND if it has none. It may not verify: a resume
+// tries the newest first and passes over those that do not (EngineTrainer::Restore).
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir);
 
-// Reads only the header of checkpoint `path` (cheap): its meta.
+// The checkpoint a resume from `dir` starts from unless its payload turns out corrupt:
+// the newest whose header reads, with its meta in `*meta`. NOT_FOUND when `dir` holds no
+// checkpoint whose header reads (or none at all). Reads headers only (cheap).
+absl::StatusOr<std::string> NewestReadableCheckpoint(const std::string& dir, CheckpointMeta* meta);
+
+// Reads only the header of checkpoint `path` (cheap): its meta. Not verified against
+// the checksum (ReadCheckpoint does that); a header that does not parse is DATA_LOSS.
 absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& path);
 
 // Reads checkpoint `path` into `units`, whose names and sizes must match the file's

@@ -115,9 +115,10 @@ TEST_F(DurabilityTest, PausedJobStaysPausedAcrossARestartAndResumesExactly) {
   ASSERT_EQ(Cli({"resume", id}).exit_code, 0);
   EXPECT_EQ(WatchDigest(id), expected) << "paused at step " << paused_at << ", restarted, resumed";
   EXPECT_FALSE(WatchDigest(queued).empty());
-  // keep_checkpoints: 2 — older ones were pruned.
+  // keep_checkpoints: 2 — older ones were pruned, in the job's own directory.
   int files = 0;
-  for (const auto& entry : fs::directory_iterator(dir_.Join("out/ckpt"))) files += entry.is_regular_file();
+  for (const auto& entry : fs::directory_iterator(dir_.Join("out/ckpt/" + id))) files += entry.is_regular_file();
+  EXPECT_GE(files, 1);
   EXPECT_LE(files, 2);
 }
 

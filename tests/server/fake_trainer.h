@@ -4,6 +4,7 @@
 // test thread changes FakeControl under its mutex.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/engine/trainer.h"
+#include "runtime/state/checkpoint.h"
 #include "server/job_manager.h"
 
 namespace slidedp::server::testing {
@@ -38,6 +40,7 @@ struct FakeControl {
   // have entered its next Step() yet).
   int blocked ABSL_GUARDED_BY(mu) = 0;
   std::vector<std::string> created_models ABSL_GUARDED_BY(mu);  // config.model per Create
+  std::vector<TrainConfig> created_configs ABSL_GUARDED_BY(mu);  // the config per Create
   std::vector<std::string> exports ABSL_GUARDED_BY(mu);
 
   void Allow(int64_t steps) {
@@ -48,8 +51,24 @@ struct FakeControl {
 
 class FakeTrainer final : public Trainer {
  public:
+  // With config.resume_from (a checkpoint file or directory, as the job manager sets it
+  // for a restored job) it continues at the step and tokens of that checkpoint's
+  // header (a directory: its newest readable one); the weights are not read.
   FakeTrainer(TrainConfig config, std::shared_ptr<FakeControl> control)
-      : config_(std::move(config)), control_(std::move(control)) {}
+      : config_(std::move(config)), control_(std::move(control)) {
+    if (config_.resume_from.empty()) return;
+    CheckpointMeta meta;
+    absl::StatusOr<std::string> path = config_.resume_from;
+    if (std::filesystem::is_directory(config_.resume_from)) {
+      path = NewestReadableCheckpoint(config_.resume_from, &meta);
+    } else if (absl::StatusOr<CheckpointMeta> m = ReadCheckpointMeta(config_.resume_from); m.ok()) {
+      meta = *m;
+    }
+    if (!path.ok()) return;
+    steps_ = meta.step;
+    tokens_ = meta.tokens_seen;
+    resumed_ = ResumeReport{*path, meta.step, {}};
+  }
   ~FakeTrainer() override {
     absl::MutexLock lock(&control_->mu);
     ++control_->destroyed;
@@ -71,6 +90,7 @@ class FakeTrainer final : public Trainer {
       eval_interval = control_->eval_interval;
     }
     ++steps_;
+    tokens_ += config_.tokens_per_step();
     digest_ = digest_ * 31 + static_cast<uint64_t>(steps_);
     StepStats s;
     s.step = steps_;
@@ -93,6 +113,8 @@ class FakeTrainer final : public Trainer {
     return absl::OkStatus();
   }
   int64_t completed_steps() const override { return steps_; }
+  int64_t tokens_seen() const override { return tokens_; }
+  ResumeReport resumed() const override { return resumed_; }
   const TrainConfig& config() const override { return config_; }
   const ModelConfig& model_config() const override { return model_; }
   int64_t num_parameters() const override { return 1000; }
@@ -140,6 +162,8 @@ class FakeTrainer final : public Trainer {
   ModelConfig model_;
   std::shared_ptr<FakeControl> control_;
   int64_t steps_ = 0;
+  int64_t tokens_ = 0;
+  ResumeReport resumed_;
   uint64_t digest_ = 7;
 };
 
@@ -149,6 +173,7 @@ inline TrainerFactory FakeFactory(std::shared_ptr<FakeControl> control) {
     absl::MutexLock lock(&control->mu);
     ++control->creates;
     control->created_models.push_back(config.model);
+    control->created_configs.push_back(config);
     auto released = [&control]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control->mu) {
       return !control->hold_create;
     };

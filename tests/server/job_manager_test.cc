@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <atomic>
 #include <thread>
 
+#include "runtime/state/checkpoint.h"
 #include "server/spec_translation.h"
 #include "tests/server/fake_trainer.h"
 #include "tests/server/test_util.h"
@@ -537,22 +539,35 @@ TEST_F(JobManagerTest, FinalStateIsShownOnlyOnceRecorded) {
 // With a checkpoint_dir, a job found RUNNING continues ahead of the queue, one found
 // PAUSED stays PAUSED (across another restart too) and holds the queue until resumed
 // or cancelled, and one whose cancel was requested is CANCELLED. (The fake trainer
-// writes no checkpoints, so they start from step 0; the real resume is checked in
+// continues at the step of the checkpoint header Put() writes and reads no weights;
+// the real resume is checked in tests/server/job_checkpoint_test.cc and
 // tests/server/durability_integration_test.cc.)
 class DurableRestartTest : public JobManagerTest {
  protected:
-  void Put(const std::string& id, v1::JobState state, bool cancel = false) {
-    v1::JobSpec durable = Spec(4);
+  // A job record as the daemon leaves it when it stops at `step`, with checkpoints of
+  // the job (headers only) at `checkpoints` in its own directory.
+  void Put(const std::string& id, v1::JobState state, bool cancel = false, int64_t step = 2,
+           int64_t steps = 4, std::vector<int64_t> checkpoints = {2}) {
+    v1::JobSpec durable = Spec(steps);
     durable.set_checkpoint_dir(dir_.Join("ckpt"));
     v1::Job job;
     job.set_id(id);
     job.set_state(state);
-    job.set_step(2);
-    job.set_total_steps(4);
+    job.set_step(step);
+    job.set_tokens_seen(step * kTokensPerStep);
+    job.set_total_steps(steps);
     job.set_cancel_requested(cancel);
     *job.mutable_spec() = durable;
     ASSERT_TRUE(store_->Put(job).ok());
+    for (int64_t at : checkpoints) {
+      CheckpointMeta meta;
+      meta.step = at;
+      meta.tokens_seen = at * kTokensPerStep;
+      meta.run_id = id;
+      ASSERT_TRUE(WriteCheckpoint(JobCheckpointDir(dir_.Join("ckpt"), id), meta, {}, 10).ok());
+    }
   }
+  static constexpr int64_t kTokensPerStep = 2 * 8;  // Spec(): micro_batch_size x seq_len
 };
 
 TEST_F(DurableRestartTest, RunningJobContinuesFirst) {
@@ -566,6 +581,62 @@ TEST_F(DurableRestartTest, RunningJobContinuesFirst) {
   ASSERT_TRUE(WaitState("job-00000000000a", v1::JOB_STATE_SUCCEEDED));
   const v1::Job a = Get("job-00000000000a");
   EXPECT_GE(a.start_time().seconds(), d.end_time().seconds() - 1) << "the restored job ran first";
+}
+
+// The class "after a restart, a job's step must not show a value and then go back": the
+// daemon stopped at step 7, the job's newest checkpoint is at step 5. From the moment
+// the manager starts, Get() shows step 5 (and its tokens), the step it continues from,
+// and the step only goes up from there. The job runs in its own checkpoint directory
+// under the spec's, with its id as the run id.
+TEST_F(DurableRestartTest, RestoredStepIsItsCheckpointsAndNeverGoesBack) {
+  manager_.reset();
+  const std::string id = "job-0000000000c7";
+  Put(id, v1::JOB_STATE_RUNNING, false, /*step=*/7, /*steps=*/12, /*checkpoints=*/{3, 5});
+  control_->Allow(5);  // resumed at step 5, its next step waits
+  Open();
+  const v1::Job first = Get(id);
+  EXPECT_EQ(first.step(), 5) << "shows the checkpoint's step, not the 7 it had reached";
+  EXPECT_EQ(first.tokens_seen(), 5 * kTokensPerStep);
+  auto stored = store_->LoadAll();
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ((*stored)[0].step(), 5) << "and the store says the same";
+  ASSERT_TRUE(WaitBlockedInStep());
+  EXPECT_EQ(Get(id).step(), 5);
+  {
+    absl::MutexLock lock(&control_->mu);
+    ASSERT_EQ(control_->created_configs.size(), 1u);
+    const TrainConfig& config = control_->created_configs[0];
+    EXPECT_EQ(config.run_id, id);
+    EXPECT_EQ(config.checkpoint_dir, JobCheckpointDir(dir_.Join("ckpt"), id));
+    EXPECT_EQ(config.resume_from, config.checkpoint_dir);
+  }
+  EXPECT_EQ(Get(id).spec().checkpoint_dir(), dir_.Join("ckpt")) << "the API shows the directory as given";
+  int64_t last = first.step();
+  std::atomic<bool> done{false};
+  std::thread poller([&] {
+    while (!done) {
+      const int64_t step = Get(id).step();
+      EXPECT_GE(step, last) << "the step went back";
+      last = std::max(last, step);
+    }
+  });
+  control_->Allow(INT64_MAX);
+  EXPECT_TRUE(WaitState(id, v1::JOB_STATE_SUCCEEDED));
+  done = true;
+  poller.join();
+  EXPECT_EQ(Get(id).step(), 12);
+  EXPECT_EQ(Get(id).tokens_seen(), 12 * kTokensPerStep);
+}
+
+// A restored job with a checkpoint_dir but no checkpoint yet shows step 0 from the start.
+TEST_F(DurableRestartTest, RestoredJobWithoutACheckpointShowsStepZero) {
+  manager_.reset();
+  Put("job-0000000000c8", v1::JOB_STATE_RUNNING, false, /*step=*/3, /*steps=*/6, /*checkpoints=*/{});
+  control_->Allow(0);
+  Open();
+  EXPECT_EQ(Get("job-0000000000c8").step(), 0);
+  EXPECT_EQ(Get("job-0000000000c8").tokens_seen(), 0);
 }
 
 TEST_F(DurableRestartTest, CancelRequestedJobIsCancelled) {
