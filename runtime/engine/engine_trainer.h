@@ -58,7 +58,7 @@ class EngineTrainer final : public Trainer {
 
   // The public entry points return exceptions as statuses (exception_status.h).
   absl::StatusOr<StepStats> Step() override {
-    return GuardExceptions(absl::StrCat("step ", step_ + 1), [&] { return RunStep(); });
+    return GuardExceptions("the engine", [&] { return RunStep(); });
   }
   absl::Status Drain() override {
     return GuardExceptions("draining the updates", [&] {
