@@ -6,12 +6,15 @@
 #include "runtime/engine/admission.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "runtime/engine/fault_injection.h"
@@ -25,10 +28,20 @@ namespace fs = std::filesystem;
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
+// A fresh directory for this process, removed when the tests end.
 std::string TempDir(const std::string& name) {
-  const std::string dir = (fs::temp_directory_path() / ("slidedp_admission_" + name)).string();
+  static struct Dirs {
+    std::vector<std::string> all;
+    ~Dirs() {
+      std::error_code ec;
+      for (const std::string& d : all) fs::remove_all(d, ec);
+    }
+  } dirs;
+  const std::string dir =
+      (fs::temp_directory_path() / ("slidedp_admission_" + std::to_string(getpid()) + "_" + name)).string();
   fs::remove_all(dir);
   fs::create_directories(dir);
+  dirs.all.push_back(dir);
   return dir;
 }
 
@@ -169,7 +182,8 @@ TEST(Admission, TheDemoAndTheTestJobsFitASmallMachine) {
   absl::StatusOr<TrainConfig> demo = LoadTrainConfig(std::string(SLIDEDP_SOURCE_DIR) + "/client/examples/tiny.yaml");
   ASSERT_TRUE(demo.ok()) << demo.status();
   const ModelConfig demo_model = *PresetConfig(demo->model);
-  EXPECT_LT(EstimateHostMemory(*demo, demo_model).total, 0.25 * kGiB) << EstimateHostMemory(*demo, demo_model).Describe();
+  const HostMemoryNeed demo_need = EstimateHostMemory(*demo, demo_model);
+  EXPECT_LT(demo_need.total, 0.25 * kGiB) << demo_need.Describe();
   for (const char* name : {"tiny", "small"}) {
     TrainConfig c;  // larger than any test's job on these presets
     c.model = name;
@@ -186,7 +200,8 @@ TEST(Admission, TheDemoAndTheTestJobsFitASmallMachine) {
   const HostMemoryNeed n = EstimateHostMemory(q, *PresetConfig("qwen2.5-0.5b"));
   EXPECT_TRUE(CheckAdmission(n, ci, AdmitAgainst::kTotal).ok()) << n.Describe();
   const HostMemory small{int64_t{6} << 30, "MemAvailable", int64_t{8} << 30, "MemTotal"};
-  EXPECT_EQ(CheckAdmission(n, small, AdmitAgainst::kTotal).code(), absl::StatusCode::kResourceExhausted) << n.Describe();
+  EXPECT_EQ(CheckAdmission(n, small, AdmitAgainst::kTotal).code(), absl::StatusCode::kResourceExhausted)
+      << n.Describe();
 }
 
 TEST(Admission, AnAllocationThatFailsAnywayIsAStatusNotAnAbort) {

@@ -6,6 +6,7 @@
 #include "runtime/engine/stop_token.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,8 @@
 #include <fstream>
 #include <future>
 #include <string>
+#include <system_error>
+#include <vector>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -34,10 +37,20 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+// A fresh directory for this process, removed when the tests end.
 std::string TempDir(const std::string& name) {
-  const std::string dir = (fs::temp_directory_path() / ("slidedp_stop_" + name)).string();
+  static struct Dirs {
+    std::vector<std::string> all;
+    ~Dirs() {
+      std::error_code ec;
+      for (const std::string& d : all) fs::remove_all(d, ec);
+    }
+  } dirs;
+  const std::string dir =
+      (fs::temp_directory_path() / ("slidedp_stop_" + std::to_string(getpid()) + "_" + name)).string();
   fs::remove_all(dir);
   fs::create_directories(dir);
+  dirs.all.push_back(dir);
   return dir;
 }
 
@@ -181,7 +194,8 @@ const std::string kTokenizer = std::string(SLIDEDP_SOURCE_DIR) + "/tests/referen
 TEST(Stop, TokenizationStopsAtTheNextLine) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(kTokenizer + "/tokenizer.json");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  absl::StatusOr<DocumentEncoder> encoder = DocumentEncoder::Create(**tokenizer, TextFormat::kText, ModelFamily::kQwen2);
+  absl::StatusOr<DocumentEncoder> encoder =
+      DocumentEncoder::Create(**tokenizer, TextFormat::kText, ModelFamily::kQwen2);
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   const std::string text = TextLines(6000);  // 24 MB
   CorpusOptions options;

@@ -310,7 +310,9 @@ absl::Status EngineTrainer::Evaluate(StepStats& s) {
     }
     absl::StatusOr<std::vector<WorkerStepResult>> results =
         OnEveryWorker(what, [&](int w) { return workers_[w]->RunEval(step_, (*parts)[w]); });
-    if (!results.ok() && StopRequested(stop_.get())) return CheckStop(stop_.get(), absl::StrCat(what, ", batch ", b + 1));
+    if (!results.ok() && StopRequested(stop_.get())) {
+      return CheckStop(stop_.get(), absl::StrCat(what, ", batch ", b + 1));
+    }
     if (!results.ok()) return results.status();
     for (const WorkerStepResult& r : *results) loss_sum += r.loss_sum;
     tokens += batch_tokens;
