@@ -19,6 +19,16 @@ namespace slidedp {
 namespace {
 
 using train_config_internal::Problem;
+
+// Counts of steps (steps, intervals, log_every, warmup): 2^40 is far beyond any job and
+// keeps step arithmetic (tokens seen, schedules) far from int64 overflow.
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+// Tokens in one step, and in one evaluation (eval_batches x tokens a step): a pass
+// over more would run for years.
+constexpr double kMaxPassTokens = 1099511627776.0;  // 2^40
+// Sizes in tokens or elements of one chunk or tile; 2^40 keeps products with the
+// hidden size in range.
+constexpr int64_t kMaxChunk = int64_t{1} << 40;
 using Check = std::optional<Problem>;
 
 template <typename T>
@@ -31,6 +41,13 @@ template <typename T>
 Check AtLeast(const char* field, T value, T lo) {
   if (value >= lo) return std::nullopt;
   return Problem{field, absl::StrCat("must be >= ", lo, ", got ", value)};
+}
+
+// AtLeast, and at most `hi` (a limit that only absurd values reach, named as such).
+Check Bounded(const char* field, int64_t value, int64_t lo, int64_t hi) {
+  if (Check c = AtLeast(field, value, lo)) return c;
+  if (value <= hi) return std::nullopt;
+  return Problem{field, absl::StrCat("must be <= ", hi, " (the limit), got ", value)};
 }
 
 Check OneOf(const char* field, const std::string& value, std::vector<std::string> allowed) {
@@ -93,7 +110,7 @@ Check CheckOptimizer(const OptimizerConfig& o) {
   if (Check c = Real("optimizer.lr", o.lr, lr_ok, "> 0 and finite")) return c;
   const bool ratio_ok = o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1;
   if (Check c = Real("optimizer.min_lr_ratio", o.min_lr_ratio, ratio_ok, "in [0, 1]")) return c;
-  if (Check c = AtLeast<int64_t>("optimizer.warmup_steps", o.warmup_steps, 0)) return c;
+  if (Check c = Bounded("optimizer.warmup_steps", o.warmup_steps, 0, kMaxSteps)) return c;
   if (Check c = OneOf("optimizer.schedule", o.schedule, {"constant", "linear", "cosine"})) return c;
   if (Check c = Real("optimizer.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)"))
     return c;
@@ -109,7 +126,7 @@ Check CheckOptimizer(const OptimizerConfig& o) {
 }
 
 Check CheckPolicy(const PolicyConfig& p) {
-  if (Check c = AtLeast<int64_t>("policy.chunk_elems", p.chunk_elems, 0)) return c;
+  if (Check c = Bounded("policy.chunk_elems", p.chunk_elems, 0, kMaxChunk)) return c;
   if (Check c = InRange("policy.prefetch_depth", p.prefetch_depth, 1, 8)) return c;
   if (Check c = OneOf("policy.param_route", p.param_route, {"replicate", "scatter_allgather"}))
     return c;
@@ -118,10 +135,10 @@ Check CheckPolicy(const PolicyConfig& p) {
     return c;
   }
   if (Check c = OneOf("policy.activations", p.activations, {"device", "host", "auto"})) return c;
-  if (Check c = AtLeast<int64_t>("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1)) return c;
-  if (Check c = AtLeast<int64_t>("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0)) return c;
+  if (Check c = Bounded("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1, kMaxChunk)) return c;
+  if (Check c = Bounded("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0, kMaxChunk)) return c;
   if (Check c = OneOf("policy.grad_landing", p.grad_landing, {"auto", "fp32", "bf16"})) return c;
-  if (Check c = AtLeast<int64_t>("policy.gpu_memory_budget_bytes", p.gpu_memory_budget_bytes, 0)) return c;
+  if (Check c = Bounded("policy.gpu_memory_budget_bytes", p.gpu_memory_budget_bytes, 0, int64_t{1} << 56)) return c;
   const bool drift_ok = p.replan_threshold > 0 && std::isfinite(p.replan_threshold);
   if (Check c = Real("policy.replan_threshold", p.replan_threshold, drift_ok, "> 0 and finite")) return c;
   return InRange("policy.update_threads", p.update_threads, 0, 1024);
@@ -137,7 +154,7 @@ Check CheckShape(const TrainConfig& c) {
   const double tokens = static_cast<double>(c.micro_batch_size) *
                         static_cast<double>(c.grad_accum) * c.workers *
                         static_cast<double>(c.seq_len);
-  if (tokens > std::ldexp(1.0, 40)) {
+  if (tokens > kMaxPassTokens) {
     return Problem{"micro_batch_size",
                    absl::StrCat("makes micro_batch_size * grad_accum * workers * seq_len = ",
                                 tokens, " tokens a step, more than 2^40")};
@@ -147,8 +164,8 @@ Check CheckShape(const TrainConfig& c) {
 }
 
 Check CheckRun(const TrainConfig& c) {
-  if (Check p = AtLeast<int64_t>("steps", c.steps, 1)) return p;
-  if (Check p = AtLeast<int64_t>("checkpoint_interval", c.checkpoint_interval, 0)) return p;
+  if (Check p = Bounded("steps", c.steps, 1, kMaxSteps)) return p;
+  if (Check p = Bounded("checkpoint_interval", c.checkpoint_interval, 0, kMaxSteps)) return p;
   if (c.checkpoint_interval > 0 && c.checkpoint_dir.empty()) {
     return Problem{"checkpoint_dir", "must be set when checkpoint_interval > 0"};
   }
@@ -158,12 +175,18 @@ Check CheckRun(const TrainConfig& c) {
                      c.collective_timeout_seconds > 0 && std::isfinite(c.collective_timeout_seconds), "> 0")) {
     return p;
   }
-  if (Check p = AtLeast<int64_t>("eval_interval", c.eval_interval, 0)) return p;
+  if (Check p = Bounded("eval_interval", c.eval_interval, 0, kMaxSteps)) return p;
   if (c.eval_interval > 0 && c.data.eval_path.empty()) {
     return Problem{"eval_interval", "needs data.eval_path (the evaluation data)"};
   }
   if (Check p = AtLeast<int64_t>("eval_batches", c.eval_batches, 1)) return p;
-  return AtLeast<int64_t>("log_every", c.log_every, 1);
+  // Bounded as a step's tokens are (CheckShape has bounded tokens_per_step already).
+  const double eval_tokens = static_cast<double>(c.eval_batches) * static_cast<double>(c.tokens_per_step());
+  if (eval_tokens > kMaxPassTokens) {
+    return Problem{"eval_batches", absl::StrCat("makes eval_batches * micro_batch_size * grad_accum * workers * "
+                                                "seq_len = ", eval_tokens, " tokens an evaluation, more than 2^40")};
+  }
+  return Bounded("log_every", c.log_every, 1, kMaxSteps);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/engine/stop_token.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/train_config.h"
 #include "server/job_store.h"
@@ -34,8 +35,11 @@
 
 namespace slidedp::server {
 
-using TrainerFactory =
-    std::function<absl::StatusOr<std::unique_ptr<Trainer>>(const TrainConfig&)>;
+// Creates the job's trainer; `stop` is the running job's StopToken, which Cancel() and
+// Shutdown() set (TrainerInputs::stop: a trainer that observes it returns CANCELLED
+// from Create or Step within about a second).
+using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<Trainer>>(
+    const TrainConfig&, std::shared_ptr<const StopToken> stop)>;
 // The spec -> TrainConfig translation with path checks (JobSpecToTrainConfig bound
 // to the daemon's PathPolicy); run again when a job starts, so a path changed into a
 // symlink after submission is still caught.
@@ -93,8 +97,10 @@ class JobManager {
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
-  // Stops the job thread at the next step boundary. The running (or paused) job with a
-  // checkpoint_dir writes a checkpoint and keeps its state in the store, so the next
+  // Stops the job thread at the next step boundary, or sooner: the running job's
+  // StopToken is set, so that its trainer's creation or step returns CANCELLED within
+  // about a second. The running (or paused) job with a checkpoint_dir writes a
+  // checkpoint (when its state is whole) and keeps its state in the store, so the next
   // start continues it; one without becomes FAILED ("interrupted by daemon shutdown").
   // Queued jobs stay QUEUED in the store for the next start. Idempotent.
   void Shutdown();
@@ -118,7 +124,9 @@ class JobManager {
   // Per the TrainingService contract (service.proto): NOT_FOUND for unknown ids,
   // FAILED_PRECONDITION for states that do not allow the action. Cancel of a QUEUED or
   // PAUSED job returns the store's error (RESOURCE_EXHAUSTED on a full disk) when it
-  // cannot record the cancellation, and leaves the job as it was.
+  // cannot record the cancellation, and leaves the job as it was. Cancel() of a
+  // RUNNING job also sets its StopToken: a long creation, evaluation or step stops
+  // within about a second.
   absl::StatusOr<v1::Job> Pause(const std::string& id);
   absl::StatusOr<v1::Job> Resume(const std::string& id);
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
@@ -196,6 +204,9 @@ class JobManager {
   std::string CheckpointNote(const TrainConfig& config, Trainer& trainer) ABSL_LOCKS_EXCLUDED(mu_);
   void RunSteps(const std::string& id, const TrainConfig& config, std::unique_ptr<Trainer> trainer)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The trainer's creation returned CANCELLED after Cancel() or Shutdown(): ends the job
+  // as a cancel or a shutdown between steps would.
+  void StoppedBeforeStart(const std::string& id, const TrainConfig& config) ABSL_LOCKS_EXCLUDED(mu_);
   Boundary AtStepBoundary(const std::string& id, Trainer& trainer, absl::Status* error)
       ABSL_LOCKS_EXCLUDED(mu_);
   void RecordStep(const std::string& id, const StepStats& stats, const TrainConfig& config,
@@ -218,6 +229,8 @@ class JobManager {
   std::map<int64_t, Subscription> subscriptions_ ABSL_GUARDED_BY(mu_);
   int64_t next_subscription_ ABSL_GUARDED_BY(mu_) = 1;
   std::string running_id_ ABSL_GUARDED_BY(mu_);
+  // The running job's; Cancel() and Shutdown() set it. Null between jobs.
+  std::shared_ptr<StopToken> running_stop_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   NodeSnapshot node_ ABSL_GUARDED_BY(mu_);

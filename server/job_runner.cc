@@ -3,6 +3,9 @@
 // at step boundaries, then drains, records the weights digest and exports. Jobs with a
 // checkpoint_dir write a checkpoint on pause, cancel and shutdown (and every
 // checkpoint_interval steps, in Trainer::Step), and continue from it after a restart.
+// Cancel and shutdown also set the running job's StopToken, so that a long creation,
+// evaluation or step returns CANCELLED and is handled here as a boundary. Whatever the
+// engine throws ends the job FAILED, never the daemon.
 // Runs on the job thread only; takes mu_ between engine calls, never across them.
 #include <algorithm>
 #include <utility>
@@ -10,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/io/user_text.h"
+#include "runtime/engine/exception_status.h"
 #include "runtime/state/checkpoint.h"
 #include "server/job_manager.h"
 #include "server/log.h"
@@ -66,13 +70,24 @@ void JobManager::JobThread() {
       id = queue_.front();
       queue_.pop_front();
     }
-    RunJob(id);
+    try {
+      RunJob(id);
+    } catch (...) {
+      // The last resort: the trainer's entry points return statuses, but nothing that
+      // escapes a job may end the daemon.
+      const absl::Status s = CurrentExceptionStatus("the job's thread");
+      Log(absl::StrCat("job ", id, ": ", s.ToString()));
+      Finish(id, v1::JOB_STATE_FAILED, std::string(s.message()));
+    }
+    absl::MutexLock lock(&mu_);
+    running_stop_.reset();
   }
 }
 
 bool JobManager::StartRestored(Entry& e) {
   e.restored = false;
   running_id_ = e.job.id();
+  running_stop_ = std::make_shared<StopToken>();
   if (e.job.state() == v1::JOB_STATE_PAUSED) {
     Log(absl::StrCat("job ", e.job.id(), " stays PAUSED at step ", e.job.step(),
                      " (holding the GPUs); resume continues it from its checkpoint"));
@@ -100,6 +115,7 @@ void JobManager::RunJob(const std::string& id) {
     } else {
       if (e->job.state() != v1::JOB_STATE_QUEUED) return;
       running_id_ = id;
+      running_stop_ = std::make_shared<StopToken>();
       SetState(*e, v1::JOB_STATE_RUNNING, "started");
     }
     CountRun(*e);  // undone by a clean shutdown, reset by a completed step
@@ -120,7 +136,16 @@ void JobManager::RunJob(const std::string& id) {
     }
     if (!found->empty()) config->resume_from = config->checkpoint_dir;
   }
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = options_.trainer_factory(*config);
+  std::shared_ptr<const StopToken> stop;
+  {
+    absl::MutexLock lock(&mu_);
+    stop = running_stop_;
+  }
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = options_.trainer_factory(*config, stop);
+  if (!trainer.ok() && absl::IsCancelled(trainer.status()) && StopRequested(stop.get())) {
+    StoppedBeforeStart(id, *config);
+    return;
+  }
   if (!trainer.ok()) {
     Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("creating the trainer: ", trainer.status().message()));
     return;
@@ -148,11 +173,36 @@ std::string JobManager::CheckpointNote(const TrainConfig& config, Trainer& train
   return absl::StrCat(" (checkpoint ", *path, ")");
 }
 
+void JobManager::StoppedBeforeStart(const std::string& id, const TrainConfig& config) {
+  bool cancelled = false, kept = false;
+  {
+    absl::MutexLock lock(&mu_);
+    Entry& e = *Find(id);
+    cancelled = e.job.cancel_requested() || !shutdown_;
+    kept = !cancelled && !config.checkpoint_dir.empty();
+    if (kept) {
+      // As a shutdown between steps: stays RUNNING in the store, the next start
+      // continues it (from its checkpoint, if it has one).
+      running_id_.clear();
+      Persist(e);
+    }
+  }
+  if (cancelled) {
+    Finish(id, v1::JOB_STATE_CANCELLED, "cancelled while starting");
+  } else if (kept) {
+    Log(absl::StrCat("job ", id, " stopped by daemon shutdown while starting; the next start continues it"));
+  } else {
+    Finish(id, v1::JOB_STATE_FAILED, "interrupted by daemon shutdown while starting; its host state was lost");
+  }
+}
+
 void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
                           std::unique_ptr<Trainer> trainer) {
   const int64_t num_parameters = trainer->num_parameters();
+  const StopToken* stop = nullptr;  // the job thread keeps it until the job ends
   {
     absl::MutexLock lock(&mu_);
+    stop = running_stop_.get();
     Find(id)->job.set_num_parameters(num_parameters);
   }
   RecordPlan(id, *trainer);
@@ -194,6 +244,9 @@ void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
     }
     if (step >= config.steps) break;
     absl::StatusOr<StepStats> stats = trainer->Step();
+    // Stopped by Cancel() or Shutdown() inside the step (a long evaluation, say): the
+    // boundary above sees which and ends the job as it would have between steps.
+    if (!stats.ok() && absl::IsCancelled(stats.status()) && StopRequested(stop)) continue;
     if (!stats.ok()) {
       trainer.reset();
       Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("step ", step + 1, ": ", stats.status().message()));

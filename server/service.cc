@@ -4,10 +4,14 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/admission.h"
+#include "runtime/model/model_config.h"
 #include "runtime/io/user_text.h"
 #include "server/grpc_status.h"
 #include "server/job_record.h"
@@ -51,6 +55,23 @@ void FillMeasured(const NodeSnapshot& node, v1::MeasuredRates* out) {
   }
   out->set_tokens_per_second(s.tokens_per_second);
   out->set_step_seconds(s.step_seconds);
+}
+
+// Admission at submit: the job's host memory (runtime/engine/admission.h) against what
+// the host has at all, since the job may wait behind another that holds memory now
+// (Trainer::Create checks what is free when it starts). Reads config.json only; a
+// model whose config.json cannot be read is left for the job's start to report.
+absl::Status AdmitAtSubmit(const TrainConfig& config) {
+  absl::StatusOr<ModelConfig> model = PresetConfig(config.model);
+  if (!model.ok()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(std::filesystem::path(config.model) / "config.json", ec)) {
+      return absl::OkStatus();
+    }
+    model = LoadModelConfig(config.model);
+    if (!model.ok()) return absl::OkStatus();
+  }
+  return AdmitJob(config, *model, AdmitAgainst::kTotal);
 }
 
 }  // namespace
@@ -103,6 +124,7 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::SubmitJob(grpc::CallbackServerCon
     if (absl::Status s = CheckAuth(*context); !s.ok()) return s;
     absl::StatusOr<TrainConfig> config = JobSpecToTrainConfig(request->spec(), *options_.paths);
     if (!config.ok()) return config.status();
+    if (absl::Status s = AdmitAtSubmit(*config); !s.ok()) return s;
     return Assign(options_.jobs->Submit(TrainConfigToJobSpec(*config)), response);
   });
 }

@@ -81,8 +81,11 @@ int main(int argc, char** argv) {
   options.rpc_nice = absl::GetFlag(FLAGS_rpc_nice);
   options.ready_file = absl::GetFlag(FLAGS_ready_file);
   options.version = SLIDEDP_VERSION;
-  options.trainer_factory = [](const slidedp::TrainConfig& config) {
-    return slidedp::Trainer::Create(config);
+  options.trainer_factory = [](const slidedp::TrainConfig& config,
+                                std::shared_ptr<const slidedp::StopToken> stop) {
+    slidedp::TrainerInputs inputs;
+    inputs.stop = std::move(stop);
+    return slidedp::Trainer::Create(config, std::move(inputs));
   };
 
   absl::StatusOr<std::unique_ptr<slidedp::server::Daemon>> daemon =

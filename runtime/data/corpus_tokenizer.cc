@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/engine/stop_token.h"
 #include "runtime/state/thread_pool.h"
 
 namespace slidedp {
@@ -81,10 +82,12 @@ class Progress {
   std::atomic<int64_t> bytes_{0}, documents_{0}, bad_{0}, last_ms_{0};
 };
 
-void EncodeChunk(const DocumentEncoder& encoder, bool skip, Chunk& chunk) {
+// Returns false when stopped part-way.
+bool EncodeChunk(const DocumentEncoder& encoder, bool skip, const StopToken* stop, Chunk& chunk) {
   BpeCache cache;
   absl::string_view text = chunk.text;
   while (!text.empty()) {
+    if (StopRequested(stop)) return false;
     ++chunk.lines;
     const size_t end = text.find('\n');
     absl::string_view line = absl::StripAsciiWhitespace(text.substr(0, end));
@@ -96,13 +99,14 @@ void EncodeChunk(const DocumentEncoder& encoder, bool skip, Chunk& chunk) {
         chunk.error_line = chunk.lines;
         chunk.error = std::string(record.status().message());
       }
-      if (!skip) return;
+      if (!skip) return true;
       ++chunk.out.bad_lines;
       continue;
     }
     encoder.Encode(*record, &chunk.out.ids, &chunk.out.flags, &cache);
     ++chunk.out.documents;
   }
+  return true;
 }
 
 }  // namespace
@@ -122,8 +126,8 @@ absl::StatusOr<TokenizedCorpus> TokenizeCorpus(absl::string_view text, const std
     ThreadPool pool(static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1))));
     pool.ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
-        if (c > first_failed.load()) continue;
-        EncodeChunk(encoder, options.skip_bad_lines, chunks[c]);
+        if (c > first_failed.load() || StopRequested(options.stop)) continue;
+        if (!EncodeChunk(encoder, options.skip_bad_lines, options.stop, chunks[c])) continue;
         if (!options.skip_bad_lines && chunks[c].error_line > 0) {
           int64_t seen = first_failed.load();
           while (c < seen && !first_failed.compare_exchange_weak(seen, c)) {
@@ -134,6 +138,7 @@ absl::StatusOr<TokenizedCorpus> TokenizeCorpus(absl::string_view text, const std
     });
   }
   progress.Finish();
+  if (absl::Status s = CheckStop(options.stop, absl::StrCat("tokenizing ", source)); !s.ok()) return s;
   TokenizedCorpus corpus;
   int64_t lines_before = 0;
   for (Chunk& chunk : chunks) {

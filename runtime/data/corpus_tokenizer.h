@@ -17,6 +17,8 @@
 
 namespace slidedp {
 
+class StopToken;  // runtime/engine/stop_token.h
+
 struct TokenizedCorpus {
   std::vector<int32_t> ids;
   std::vector<uint8_t> flags;  // one TokenFlag byte per id
@@ -31,6 +33,7 @@ struct CorpusOptions {
   int threads = 0;              // 0: the available CPUs, at most 16
   int64_t chunk_bytes = int64_t{1} << 22;  // work unit of one thread (> 0)
   bool progress = true;         // the stderr line
+  const StopToken* stop = nullptr;  // set: every thread stops at its next line, CANCELLED
 };
 
 // Encodes every non-blank line of `text`. `source` names the file in errors, which are

@@ -15,7 +15,8 @@ namespace {
 
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenSource(const DataConfig& data,
                                                         const std::string& path,
-                                                        const DataModel& model, uint64_t seed) {
+                                                        const DataModel& model, uint64_t seed,
+                                                        const StopToken* stop) {
   if (data.format == "synthetic") {
     return std::unique_ptr<TokenSource>(new SyntheticCorpus(seed, model.vocab_size));
   }
@@ -24,8 +25,12 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenSource(const DataConfig& data,
         absl::StrFormat("data.path is required for data.format \"%s\"", data.format));
   }
   if (data.format == "tokens") return OpenTokenFile(path, data.token_dtype, model.vocab_size);
-  if (data.format == "jsonl") return LoadJsonlTokens(path, model.vocab_size);
-  if (IsTextFormat(data.format)) return OpenTextSource(data, path, model);
+  if (data.format == "jsonl") return LoadJsonlTokens(path, model.vocab_size, stop);
+  if (IsTextFormat(data.format)) {
+    CorpusOptions options;
+    options.stop = stop;
+    return OpenTextSource(data, path, model, options);
+  }
   return absl::InvalidArgumentError(absl::StrFormat(
       "data.format \"%s\" is not synthetic, tokens, jsonl, text, prompt_completion or chat",
       data.format));
@@ -33,7 +38,7 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenSource(const DataConfig& data,
 
 absl::StatusOr<std::unique_ptr<Dataset>> Open(const DataConfig& data, const std::string& path,
                                               const DataModel& model, int64_t seq_len,
-                                              uint64_t seed, bool shuffle) {
+                                              uint64_t seed, bool shuffle, const StopToken* stop) {
   if (seq_len < 1) {
     return absl::InvalidArgumentError(absl::StrFormat("seq_len %d is not >= 1", seq_len));
   }
@@ -41,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Open(const DataConfig& data, const std:
     return absl::InvalidArgumentError(
         absl::StrFormat("vocab_size %d is not in [1, 2^31]", model.vocab_size));
   }
-  absl::StatusOr<std::unique_ptr<TokenSource>> source = OpenSource(data, path, model, seed);
+  absl::StatusOr<std::unique_ptr<TokenSource>> source = OpenSource(data, path, model, seed, stop);
   if (!source.ok()) return source.status();
   absl::StatusOr<std::unique_ptr<PackedDataset>> dataset =
       PackedDataset::Create(*std::move(source), seq_len, seed, shuffle, data.document_mask);
@@ -52,8 +57,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Open(const DataConfig& data, const std:
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, const DataModel& model,
-                                                     int64_t seq_len, uint64_t seed) {
-  return Open(data, data.path, model, seq_len, seed, data.shuffle);
+                                                     int64_t seq_len, uint64_t seed, const StopToken* stop) {
+  return Open(data, data.path, model, seq_len, seed, data.shuffle, stop);
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, int64_t seq_len,
@@ -65,11 +70,11 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, int
 
 absl::StatusOr<std::unique_ptr<Dataset>> OpenEvalDataset(const DataConfig& data,
                                                          const DataModel& model, int64_t seq_len,
-                                                         uint64_t seed) {
+                                                         uint64_t seed, const StopToken* stop) {
   if (data.eval_path.empty()) {
     return absl::FailedPreconditionError("data.eval_path is not set: there is no evaluation data");
   }
-  return Open(data, data.eval_path, model, seq_len, seed, /*shuffle=*/false);
+  return Open(data, data.eval_path, model, seq_len, seed, /*shuffle=*/false, stop);
 }
 
 }  // namespace slidedp

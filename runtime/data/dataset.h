@@ -14,6 +14,8 @@
 
 namespace slidedp {
 
+class StopToken;  // runtime/engine/stop_token.h
+
 inline constexpr int32_t kIgnoreIndex = -100;
 
 // `rows` sequences of `seq_len` tokens; targets[i] is the token after inputs[i], or
@@ -55,9 +57,11 @@ struct DataModel {
 // Opens the dataset `data` describes for sequences of `seq_len` tokens. Every token id
 // must be < model.vocab_size (checked; the error names the file and position). An
 // empty file, one shorter than seq_len + 1 tokens, or a corrupt one is a clear error.
-// Text formats: see text_dataset.h.
+// Text formats: see text_dataset.h. Parsing and tokenizing return CANCELLED soon after
+// `stop` (may be null) is set.
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, const DataModel& model,
-                                                     int64_t seq_len, uint64_t seed);
+                                                     int64_t seq_len, uint64_t seed,
+                                                     const StopToken* stop = nullptr);
 
 // The same for a model known only by its vocabulary (a Qwen2-family preset, no
 // directory): the token formats, and text formats with data.tokenizer.
@@ -70,6 +74,6 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const DataConfig& data, int
 // it before each pass. FailedPrecondition when data.eval_path is empty.
 absl::StatusOr<std::unique_ptr<Dataset>> OpenEvalDataset(const DataConfig& data,
                                                          const DataModel& model, int64_t seq_len,
-                                                         uint64_t seed);
+                                                         uint64_t seed, const StopToken* stop = nullptr);
 
 }  // namespace slidedp

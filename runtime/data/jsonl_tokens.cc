@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "runtime/data/data_file_mapping.h"
+#include "runtime/engine/stop_token.h"
 
 namespace slidedp {
 namespace {
@@ -56,10 +57,11 @@ absl::Status AppendTokens(const json& array, const std::string& source, int64_t 
 }  // namespace
 
 absl::StatusOr<JsonlTokens> ParseJsonlTokens(absl::string_view text, const std::string& source,
-                                             int64_t vocab_size) {
+                                             int64_t vocab_size, const StopToken* stop) {
   JsonlTokens result;
   int64_t line_number = 0;
   while (!text.empty()) {
+    if (StopRequested(stop)) return CheckStop(stop, absl::StrCat("reading ", source, " at line ", line_number + 1));
     ++line_number;
     const size_t end = text.find('\n');
     absl::string_view line = text.substr(0, end);
@@ -79,11 +81,11 @@ absl::StatusOr<JsonlTokens> ParseJsonlTokens(absl::string_view text, const std::
 }
 
 absl::StatusOr<std::unique_ptr<TokenSource>> LoadJsonlTokens(const std::string& path,
-                                                             int64_t vocab_size) {
+                                                             int64_t vocab_size, const StopToken* stop) {
   absl::StatusOr<std::unique_ptr<DataFileMapping>> file = DataFileMapping::Open(path);
   if (!file.ok()) return file.status();
   absl::string_view text(reinterpret_cast<const char*>((*file)->data()), (*file)->size());
-  absl::StatusOr<JsonlTokens> parsed = ParseJsonlTokens(text, path, vocab_size);
+  absl::StatusOr<JsonlTokens> parsed = ParseJsonlTokens(text, path, vocab_size, stop);
   if (!parsed.ok()) return parsed.status();
   if (parsed->tokens.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: the file holds no tokens", path));

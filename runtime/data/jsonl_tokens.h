@@ -17,6 +17,8 @@
 
 namespace slidedp {
 
+class StopToken;  // runtime/engine/stop_token.h
+
 struct JsonlTokens {
   std::vector<int32_t> tokens;
   int64_t documents = 0;  // non-blank lines
@@ -25,13 +27,15 @@ struct JsonlTokens {
 
 // Parses `text`; `source` names the file in errors, which are "source:LINE: ..." for a
 // line that is not valid JSON, not an array or {"tokens": array}, or holds an element
-// that is not an integer in [0, vocab_size) (the element's index is named).
+// that is not an integer in [0, vocab_size) (the element's index is named); CANCELLED
+// once `stop` (may be null) is set.
 absl::StatusOr<JsonlTokens> ParseJsonlTokens(absl::string_view text, const std::string& source,
-                                             int64_t vocab_size);
+                                             int64_t vocab_size, const StopToken* stop = nullptr);
 
 // Reads and parses `path` (memory-mapped). Also an error: the file is missing, or it
 // holds no tokens at all.
 absl::StatusOr<std::unique_ptr<TokenSource>> LoadJsonlTokens(const std::string& path,
-                                                             int64_t vocab_size);
+                                                             int64_t vocab_size,
+                                                             const StopToken* stop = nullptr);
 
 }  // namespace slidedp

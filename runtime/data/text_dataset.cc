@@ -13,6 +13,7 @@
 #include "runtime/data/document_encoder.h"
 #include "runtime/data/token_cache.h"
 #include "runtime/data/tokenizer/tokenizer.h"
+#include "runtime/engine/stop_token.h"
 
 namespace slidedp {
 namespace {
@@ -87,6 +88,8 @@ absl::StatusOr<Opened> LoadTokens(const DataConfig& data, const std::string& pat
   const absl::string_view text(reinterpret_cast<const char*>((*file)->data()), (*file)->size());
   const std::string key = TokenCacheKey(path, text, *mtime, encoder.tokenizer().fingerprint(),
                                         encoder.Settings());
+  // Hashing a large file takes a while: a stop asked meanwhile is seen here.
+  if (absl::Status st = CheckStop(options.stop, absl::StrCat("reading ", path)); !st.ok()) return st;
   const std::vector<std::string> dirs = TokenCacheDirs(data.cache_dir, path);
   const std::string name = TokenCacheFileName(path, key);
   std::unique_ptr<CachedTokenSource> cache = FindCache(dirs, name, key);
@@ -98,6 +101,7 @@ absl::StatusOr<Opened> LoadTokens(const DataConfig& data, const std::string& pat
     std::string where = "cache reused " + cache->path();
     return Opened{std::move(cache), {}, tokens, documents, bad_lines, max_id, std::move(where)};
   }
+  if (absl::Status st = CheckStop(options.stop, absl::StrCat("reading ", path)); !st.ok()) return st;
   CorpusOptions corpus_options = options;
   corpus_options.skip_bad_lines = data.skip_bad_lines;
   absl::StatusOr<TokenizedCorpus> corpus = TokenizeCorpus(text, path, encoder, corpus_options);

@@ -14,9 +14,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "runtime/data/dataset.h"
+#include "runtime/engine/exception_status.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/step_trace.h"
+#include "runtime/engine/stop_token.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
@@ -33,11 +36,12 @@ namespace trainer_internal {
 class EngineTrainer final : public Trainer {
  public:
   // `config` as the job asked, `effective` with the plan's knobs applied.
+  // `stop` may be null (TrainerInputs::stop).
   EngineTrainer(const TrainConfig& config, const TrainConfig& effective, const ModelConfig& model,
                 std::unique_ptr<HostState> state, std::unique_ptr<Dataset> data, EvalOptions eval,
-                PlanManager plan)
+                PlanManager plan, std::shared_ptr<const StopToken> stop)
       : requested_(config), config_(effective), model_(model), state_(std::move(state)), data_(std::move(data)),
-        eval_(std::move(eval)), plan_(std::move(plan)), probe_(config.policy.auto_plan) {
+        eval_(std::move(eval)), plan_(std::move(plan)), stop_(std::move(stop)), probe_(config.policy.auto_plan) {
     if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
   }
 
@@ -52,30 +56,54 @@ class EngineTrainer final : public Trainer {
     pipeline_.reset();
   }
 
-  absl::StatusOr<StepStats> Step() override;
+  // The public entry points return exceptions as statuses (exception_status.h).
+  absl::StatusOr<StepStats> Step() override {
+    return GuardExceptions("the engine", [&] { return RunStep(); });
+  }
   absl::Status Drain() override {
-    pipeline_->Drain();
-    return absl::OkStatus();
+    return GuardExceptions("draining the updates", [&] {
+      pipeline_->Drain();
+      return absl::OkStatus();
+    });
   }
   int64_t completed_steps() const override { return step_; }
   const TrainConfig& config() const override { return requested_; }
   PlanReport Plan() const override { return plan_.report(); }
-  absl::Status UsePlan(const PlanKnobs& knobs) override;  // trainer_plan.cc
+  absl::Status UsePlan(const PlanKnobs& knobs) override {  // trainer_plan.cc
+    return GuardExceptions("changing the plan", [&] { return ChangePlan(knobs); });
+  }
   const ModelConfig& model_config() const override { return model_; }
   int64_t num_parameters() const override { return state_->layout().total_numel; }
   std::string WeightsDigest() override {
     pipeline_->Drain();
     return state_->MasterDigest();
   }
-  absl::StatusOr<std::string> SaveCheckpoint() override;
+  absl::StatusOr<std::string> SaveCheckpoint() override {
+    if (absl::Status s = CheckWholeState("checkpoint"); !s.ok()) return s;
+    return GuardExceptions("writing a checkpoint", [&] { return WriteCheckpointNow(); });
+  }
   int64_t tokens_seen() const override { return tokens_seen_; }
   ResumeReport resumed() const override { return resumed_; }
   // Continues from resume_from `from`, a checkpoint file or a directory whose newest
   // checkpoint that verifies is taken (right after construction, before any step).
   absl::Status Restore(const std::string& from);
-  absl::Status ExportHf(const std::string& dir) override;
+  absl::Status ExportHf(const std::string& dir) override {
+    if (absl::Status s = CheckWholeState("export"); !s.ok()) return s;
+    return GuardExceptions("exporting the weights", [&] { return WriteHf(dir); });
+  }
 
  private:
+  absl::StatusOr<StepStats> RunStep();
+  absl::StatusOr<std::string> WriteCheckpointNow();
+  absl::Status WriteHf(const std::string& dir);
+  absl::Status ChangePlan(const PlanKnobs& knobs);  // trainer_plan.cc
+  // FAILED_PRECONDITION when a stopped step left the host state part-way (`what`:
+  // "checkpoint" or "export").
+  absl::Status CheckWholeState(const char* what) const;
+  // After a step stopped (cancel or shutdown) in its workers: forgets its landings so
+  // that the host state is that of the last completed step, when its updates were held
+  // back; else marks the state part-way. Returns `stopped`.
+  absl::Status AfterStoppedStep(absl::Status stopped);
   // Splits a batch of rows into per-worker micro-batches of int64 tensors.
   absl::StatusOr<std::vector<WorkerBatch>> Split(const TokenBatch& b, int64_t* target_tokens) const;
   // Runs `run(w)` for every worker w on a thread of its own; the first error names
@@ -118,6 +146,8 @@ class EngineTrainer final : public Trainer {
   std::unique_ptr<UpdatePipeline> pipeline_;
   std::vector<std::unique_ptr<Worker>> workers_;
   PlanManager plan_;
+  const std::shared_ptr<const StopToken> stop_;  // may be null
+  bool partial_state_ = false;  // a stopped step applied some of its updates: no checkpoint
   bool probe_ = false;  // the next step is a plan's first: its updates wait for its last landing
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;

@@ -2,6 +2,7 @@
 #include "runtime/engine/fault_injection.h"
 
 #include <atomic>
+#include <new>
 #include <stdexcept>
 
 namespace slidedp {
@@ -9,6 +10,7 @@ namespace {
 
 // Gradient buffers left before the failure; -1: disarmed.
 std::atomic<int> countdown{-1};
+std::atomic<bool> host_allocation{false};
 
 }  // namespace
 
@@ -22,6 +24,12 @@ void MaybeInjectOutOfMemory() {
       return;
     }
   }
+}
+
+void InjectHostAllocationFailure() { host_allocation.store(true); }
+
+void MaybeInjectHostAllocationFailure() {
+  if (host_allocation.exchange(false)) throw std::bad_alloc();
 }
 
 }  // namespace slidedp

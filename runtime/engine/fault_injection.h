@@ -1,7 +1,9 @@
-// Fault injection: a test seam that makes a worker's step fail the way a GPU
+// Fault injection: test seams. One makes a worker's step fail the way a GPU
 // out-of-memory does (std::runtime_error "out of memory", which the worker reports as
 // RESOURCE_EXHAUSTED), so that the policy's shrink-and-retry path is testable on the
-// CPU device. Process-wide and armed once; any thread (atomic).
+// CPU device; the other makes the host state's allocation throw std::bad_alloc, as an
+// allocation the admission did not foresee would. Process-wide and armed once; any
+// thread (atomic).
 #pragma once
 
 namespace slidedp {
@@ -12,5 +14,11 @@ void InjectOutOfMemory(int grad_buffers);
 
 // Worker, before it takes a gradient buffer: throws the injected error when armed and due.
 void MaybeInjectOutOfMemory();
+
+// The next Trainer::Create throws std::bad_alloc where it allocates the host state.
+void InjectHostAllocationFailure();
+
+// Trainer::Create, before it allocates the host state: throws when armed (and disarms).
+void MaybeInjectHostAllocationFailure();
 
 }  // namespace slidedp

@@ -19,8 +19,11 @@
 #include "absl/strings/str_join.h"
 #include <ATen/Context.h>
 #include "runtime/data/dataset.h"
+#include "runtime/engine/admission.h"
 #include "runtime/engine/batch_tensors.h"
 #include "runtime/engine/engine_trainer.h"
+#include "runtime/engine/exception_status.h"
+#include "runtime/engine/fault_injection.h"
 #include "runtime/engine/nccl_communicator.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/step_trace.h"
@@ -140,7 +143,7 @@ absl::Status EngineTrainer::BuildWorkers() {
     const at::Device device = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w))
                                    : at::Device(at::kCPU);
     absl::StatusOr<std::unique_ptr<Worker>> worker =
-        Worker::Create(w, config_, state_.get(), pipeline_.get(), shared_.get(), device, trace_.get());
+        Worker::Create(w, config_, state_.get(), pipeline_.get(), shared_.get(), device, trace_.get(), stop_.get());
     if (!worker.ok()) {
       return absl::Status(worker.status().code(),
                           absl::StrCat("worker ", w, " (", device.str(), "): ", worker.status().message()));
@@ -150,7 +153,7 @@ absl::Status EngineTrainer::BuildWorkers() {
   return absl::OkStatus();
 }
 
-absl::Status EngineTrainer::ExportHf(const std::string& dir) {
+absl::Status EngineTrainer::WriteHf(const std::string& dir) {
   pipeline_->Drain();
   const ModelLayout& layout = state_->layout();
   return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
@@ -169,7 +172,7 @@ std::vector<CheckpointUnit> EngineTrainer::CheckpointUnits() {
   return units;
 }
 
-absl::StatusOr<std::string> EngineTrainer::SaveCheckpoint() {
+absl::StatusOr<std::string> EngineTrainer::WriteCheckpointNow() {
   if (config_.checkpoint_dir.empty()) {
     return absl::FailedPreconditionError("checkpoint_dir: not set, so no checkpoint can be written");
   }
@@ -336,6 +339,7 @@ absl::Status EngineTrainer::Evaluate(StepStats& s) {
   double loss_sum = 0.0;
   int64_t tokens = 0;
   for (int64_t b = 0; b < eval_.batches; ++b) {
+    if (absl::Status st = CheckStop(stop_.get(), absl::StrCat(what, ", batch ", b + 1)); !st.ok()) return st;
     absl::StatusOr<TokenBatch> batch = eval_.dataset->Next(config_.global_batch_sequences());
     int64_t batch_tokens = 0;
     absl::StatusOr<std::vector<WorkerBatch>> parts =
@@ -345,6 +349,9 @@ absl::Status EngineTrainer::Evaluate(StepStats& s) {
     }
     absl::StatusOr<std::vector<WorkerStepResult>> results =
         OnEveryWorker(what, [&](int w) { return workers_[w]->RunEval(step_, (*parts)[w]); });
+    if (!results.ok() && StopRequested(stop_.get())) {
+      return CheckStop(stop_.get(), absl::StrCat(what, ", batch ", b + 1));
+    }
     if (!results.ok()) return results.status();
     for (const WorkerStepResult& r : *results) loss_sum += r.loss_sum;
     tokens += batch_tokens;
@@ -365,7 +372,25 @@ absl::StatusOr<std::vector<WorkerStepResult>> EngineTrainer::RunWorkers(const To
   return OnEveryWorker(what, [&](int w) { return workers_[w]->RunStep(step_, (*parts)[w], inv_tokens); });
 }
 
-absl::StatusOr<StepStats> EngineTrainer::Step() {
+absl::Status EngineTrainer::CheckWholeState(const char* what) const {
+  if (!partial_state_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no ", what, ": step ", step_ + 1, " was stopped after some of its updates were applied (no clipping), so the "
+      "host state is not that of any step"));
+}
+
+absl::Status EngineTrainer::AfterStoppedStep(absl::Status stopped) {
+  // As after an out-of-memory: the step's landings are forgotten when none of its
+  // updates was issued (with clipping they wait for its last landing).
+  if (!pipeline_->AbortStep(step_).ok()) partial_state_ = true;
+  pipeline_->Drain();
+  if (!partial_state_ && !state_->fp32_grad()) state_->RefreshAllParams();
+  return stopped;
+}
+
+absl::StatusOr<StepStats> EngineTrainer::RunStep() {
+  if (absl::Status st = CheckWholeState("step"); !st.ok()) return st;
+  if (absl::Status st = CheckStop(stop_.get(), absl::StrCat("step ", step_ + 1)); !st.ok()) return st;
   const double t0 = MonotonicSeconds();
   absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
   if (!batch.ok()) return batch.status();
@@ -373,9 +398,14 @@ absl::StatusOr<StepStats> EngineTrainer::Step() {
   int64_t tokens = 0;
   absl::StatusOr<std::vector<WorkerStepResult>> results = RunWorkers(*batch, lr, &tokens);
   // A GPU out of memory with policy.auto: a smaller plan, the same step again.
-  while (!results.ok() && absl::IsResourceExhausted(results.status()) && requested_.policy.auto_plan) {
+  while (!results.ok() && absl::IsResourceExhausted(results.status()) && requested_.policy.auto_plan &&
+         !StopRequested(stop_.get())) {
     if (absl::Status s = RecoverFromOutOfMemory(results.status()); !s.ok()) return s;
     results = RunWorkers(*batch, lr, &tokens);
+  }
+  // Stopped in the workers (their error may be a peer's abort): CANCELLED.
+  if (!results.ok() && StopRequested(stop_.get())) {
+    return AfterStoppedStep(CheckStop(stop_.get(), absl::StrCat("step ", step_ + 1)));
   }
   if (!results.ok()) return results.status();
 
@@ -450,35 +480,39 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
         "policy.grad_landing: bf16 needs a gradient route whose devices reduce; gather_host with ", config.workers,
         " workers sums on the host in fp32 (use grad_route: reduce_scatter or reduce_one, or grad_landing: fp32)"));
   }
+  const StopToken* stop = inputs.stop.get();
+  MaybeInjectHostAllocationFailure();
   auto state = std::make_unique<HostState>(*model, dtype, config.policy.chunk_elems, /*pin=*/cuda,
                                            /*fp32_grad=*/!bf16_landing);
   if (!config.resume_from.empty()) {
     // Every buffer comes from the checkpoint below.
   } else if (from_dir) {
-    if (absl::Status s = state->LoadHf(config.model); !s.ok()) return s;
+    if (absl::Status s = state->LoadHf(config.model, stop); !s.ok()) return s;
   } else {
     state->InitRandom(config.seed);
   }
   const DataModel data_model{model->vocab_size, model->family, from_dir ? config.model : ""};
   if (inputs.train == nullptr) {
-    absl::StatusOr<std::unique_ptr<Dataset>> data = OpenDataset(config.data, data_model, config.seq_len, config.seed);
+    absl::StatusOr<std::unique_ptr<Dataset>> data =
+        OpenDataset(config.data, data_model, config.seq_len, config.seed, stop);
     if (!data.ok()) return data.status();
     inputs.train = std::move(*data);
   }
   if (inputs.eval.dataset == nullptr && !config.data.eval_path.empty()) {
     // Held-out data: every eval_interval steps, and after the last step in any case.
     absl::StatusOr<std::unique_ptr<Dataset>> eval =
-        OpenEvalDataset(config.data, data_model, config.seq_len, config.seed);
+        OpenEvalDataset(config.data, data_model, config.seq_len, config.seed, stop);
     if (!eval.ok()) return eval.status();
     inputs.eval = EvalOptions{std::move(*eval), config.eval_interval, config.eval_batches};
   }
+  if (absl::Status s = CheckStop(stop, "setting up the job"); !s.ok()) return s;
   plan.FixLanding(bf16_landing);
   auto trainer = std::make_unique<EngineTrainer>(requested, config, *model, std::move(state), std::move(inputs.train),
-                                                 std::move(inputs.eval), std::move(plan));
+                                                 std::move(inputs.eval), std::move(plan), std::move(inputs.stop));
   try {
     if (absl::Status s = trainer->Init(); !s.ok()) return s;
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("setting up the workers: ", e.what()));
+  } catch (...) {
+    return CurrentExceptionStatus("setting up the workers");
   }
   if (!config.resume_from.empty()) {
     if (absl::Status s = trainer->Restore(config.resume_from); !s.ok()) return s;
@@ -486,13 +520,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   return std::unique_ptr<Trainer>(std::move(trainer));
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config) {
-  return Create(config, TrainerInputs{});
-}
-
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, TrainerInputs inputs) {
+absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainConfig& config, TrainerInputs inputs) {
   if (absl::Status s = ValidateTrainConfig(config); !s.ok()) return s;
   if (inputs.eval.interval < 0) {
     return absl::InvalidArgumentError(absl::StrCat("eval_interval ", inputs.eval.interval, " is not >= 0"));
@@ -511,11 +539,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& conf
   bool from_dir = false;
   absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
   if (!model.ok()) return model.status();
+  // Before anything is allocated: does the job fit in the host's memory now?
+  if (absl::Status s = AdmitJob(config, *model, AdmitAgainst::kAvailable); !s.ok()) return s;
   // The plan: the job's knobs, or with policy.auto those the policy chooses.
-  absl::StatusOr<PlanManager> plan = PlanManager::Start(*model, config);
+  absl::StatusOr<PlanManager> plan = PlanManager::Start(*model, config, inputs.stop.get());
   if (!plan.ok()) return plan.status();
   const TrainConfig effective = WithKnobs(config, plan->knobs());
   return CreateEngine(config, effective, *model, from_dir, *std::move(plan), std::move(inputs));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config) {
+  return Create(config, TrainerInputs{});
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, TrainerInputs inputs) {
+  // Whatever LibTorch or an allocation throws on the way (the host state of a model
+  // too large for admission to have seen it coming, say) is a status, never an abort.
+  return GuardExceptions("the engine", [&] { return CreateTrainer(config, std::move(inputs)); });
 }
 
 }  // namespace slidedp

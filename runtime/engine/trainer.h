@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/data/dataset.h"
+#include "runtime/engine/stop_token.h"
 #include "runtime/model/model_config.h"
 #include "runtime/plan/plan_report.h"
 #include "runtime/train_config.h"
@@ -94,12 +95,24 @@ struct ResumeReport {
 struct TrainerInputs {
   std::unique_ptr<Dataset> train;  // null: OpenDataset(config.data, ...)
   EvalOptions eval;
+  // Asks the trainer to stop early (a cancel, a shutdown); null: never. Create() (model
+  // loading, tokenization, token caches, calibration) and Step() (its units, the
+  // evaluation's batches) return CANCELLED within about a second of RequestStop().
+  // After a CANCELLED Step() the trainer is left at its last completed step when the
+  // step's updates could be held back (always with clipping), so that SaveCheckpoint()
+  // still writes a consistent state; otherwise SaveCheckpoint() and ExportHf() are
+  // FAILED_PRECONDITION. The trainer keeps the token alive.
+  std::shared_ptr<const StopToken> stop;
 };
 
+// Every entry point below returns an exception thrown inside the engine (LibTorch, an
+// allocation) as a status: RESOURCE_EXHAUSTED for a failed allocation, INTERNAL else.
 class Trainer {
  public:
   // Validates the config, builds or loads the model, opens the data, allocates the host
-  // state and per-worker buffers. Errors name the field or file at fault.
+  // state and per-worker buffers. Errors name the field or file at fault. Before any
+  // allocation, a job whose host memory (runtime/engine/admission.h) exceeds what is
+  // available now is RESOURCE_EXHAUSTED naming the numbers.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config);
   // The same with the training data and held-out evaluation given by the caller. Its
   // datasets must be for config.seq_len and the model's vocabulary; an eval interval

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/engine_trainer.h"
+#include "runtime/engine/exception_status.h"
 #include "runtime/engine/routes.h"
 #include "runtime/plan/calibration.h"
 #include "runtime/plan/plan_manager.h"
@@ -24,14 +25,10 @@ absl::Status EngineTrainer::ApplyKnobs(const PlanKnobs& knobs) {
   shared_.reset();
   config_ = WithKnobs(config_, knobs);
   probe_ = true;
-  try {
-    return BuildWorkers();
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("setting up the workers: ", e.what()));
-  }
+  return GuardExceptions("setting up the workers", [&] { return BuildWorkers(); });
 }
 
-absl::Status EngineTrainer::UsePlan(const PlanKnobs& knobs) {
+absl::Status EngineTrainer::ChangePlan(const PlanKnobs& knobs) {
   if (knobs.micro_batch_size * knobs.grad_accum != config_.micro_batch_size * config_.grad_accum) {
     return absl::InvalidArgumentError(absl::StrCat("plan: ", knobs.micro_batch_size, " x ", knobs.grad_accum,
                                                    " sequences a worker; the job has ",

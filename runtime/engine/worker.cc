@@ -46,7 +46,13 @@ ActivationPlan Activations(const TrainConfig& config, const HostState& state, De
                            streams->MemoryTotal());
 }
 
+// Thrown at a StopPoint: the job was asked to stop (cancel, shutdown).
+struct Stopped : std::exception {
+  const char* what() const noexcept override { return "stopped (cancel or shutdown requested)"; }
+};
+
 absl::Status FromException(const std::exception& e) {
+  if (dynamic_cast<const Stopped*>(&e) != nullptr) return absl::CancelledError(e.what());
   const std::string what = e.what();
   // LibTorch reports a CUDA allocation failure as "CUDA out of memory"; the policy can
   // shrink the plan and retry on ResourceExhausted.
@@ -58,12 +64,13 @@ absl::Status FromException(const std::exception& e) {
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int rank, const TrainConfig& config, HostState* state,
                                                        UpdatePipeline* pipeline, RouteShared* shared,
-                                                       const at::Device& device, StepTrace* trace) {
+                                                       const at::Device& device, StepTrace* trace,
+                                                       const StopToken* stop) {
   absl::StatusOr<std::unique_ptr<DeviceStreams>> streams = DeviceStreams::Create(device, trace != nullptr);
   if (!streams.ok()) return streams.status();
   try {
     return std::unique_ptr<Worker>(
-        new Worker(rank, config, state, pipeline, shared, device, std::move(*streams), trace));
+        new Worker(rank, config, state, pipeline, shared, device, std::move(*streams), trace, stop));
   } catch (const std::exception& e) {
     return FromException(e);
   }
@@ -71,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int rank, const TrainConf
 
 Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
                RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
-               StepTrace* trace)
+               StepTrace* trace, const StopToken* stop)
     : rank_(rank),
       config_(config),
       state_(state),
@@ -84,6 +91,7 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       rope_(MakeRope(state->config(), config.seq_len, device)),
       streams_(std::move(streams)),
       trace_(trace),
+      stop_(stop),
       lander_(/*inline_mode=*/!device.is_cuda()) {
   const ModelLayout& layout = state->layout();
   const int U = layout.num_units(), head = U - 1;
@@ -168,6 +176,10 @@ absl::StatusOr<WorkerStepResult> Worker::RunEval(int64_t step, const WorkerBatch
   }
 }
 
+void Worker::StopPoint() const {
+  if (StopRequested(stop_)) throw Stopped();
+}
+
 void Worker::AbortCollectives() {
   shared_->land_comm.Abort();
   if (shared_->comm != nullptr) shared_->comm->Abort();
@@ -214,6 +226,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   // ---------------- backward, l = L-1..1: recompute, backprop, land ----------------
   SavedInputs next = head > 1 ? Restore(head - 1, std::move(saved[head - 1]), r) : SavedInputs();
   for (int u = head - 1; u >= 1; --u) {
+    StopPoint();
     const int it = item++;
     const UnitLayout& unit = layout.units[u];
     std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
@@ -302,6 +315,7 @@ std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, std
   Release(item++);
   FetchNext(step, r);
   for (int u = 1; u < head; ++u) {
+    StopPoint();
     const BlockParams p = ViewBlock(layout.units[u], Acquire(item));
     if (saved != nullptr) (*saved)[u] = Offload(u, h, r);
     for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], activations_.mlp_tile);
@@ -458,6 +472,7 @@ at::Tensor Worker::HeadLossSum(const at::Tensor& hidden, const at::Tensor& targe
   const int64_t chunk = LossChunk(config_.policy.loss_chunk_tokens, hidden.size(0));
   at::Tensor sum = at::zeros({}, hidden.options().dtype(at::kDouble));
   for (int64_t t = 0; t < T; t += chunk) {
+    StopPoint();
     const int64_t len = std::min(chunk, T - t);
     at::Tensor logits = HeadLogits(state_->config(), p.norm, p.lm_head, hidden.narrow(1, t, len));
     sum.add_(CrossEntropySum(logits, targets.narrow(1, t, len)).to(at::kDouble));
@@ -484,6 +499,7 @@ at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targ
   at::Tensor& lm_grad = tied ? table_grad : head_grad;
   const bool fused = UseFusedOps(hidden) && lm.scalar_type() == at::kBFloat16;
   for (int64_t t = 0; t < T; t += chunk) {
+    StopPoint();
     const int64_t len = std::min(chunk, T - t);
     at::Tensor xc = hidden.narrow(1, t, len).detach().requires_grad_(true);
     if (fused) {

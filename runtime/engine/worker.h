@@ -22,6 +22,7 @@
 #include "runtime/engine/routes.h"
 #include "runtime/engine/serial_executor.h"
 #include "runtime/engine/step_trace.h"
+#include "runtime/engine/stop_token.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/model/transformer.h"
 #include "runtime/state/host_state.h"
@@ -53,11 +54,13 @@ struct WorkerStepResult {
 
 class Worker {
  public:
-  // All pointers must outlive the worker; `trace` may be null.
+  // All pointers must outlive the worker; `trace` and `stop` may be null. With `stop`,
+  // RunStep and RunEval look at it before each unit (and LM-head chunk) and return
+  // CANCELLED when it is set, aborting the collectives as for any error.
   static absl::StatusOr<std::unique_ptr<Worker>> Create(int rank, const TrainConfig& config,
                                                         HostState* state, UpdatePipeline* pipeline,
                                                         RouteShared* shared, const at::Device& device,
-                                                        StepTrace* trace);
+                                                        StepTrace* trace, const StopToken* stop = nullptr);
   ~Worker();
 
   // Runs this worker's part of step `step` (0-based). `inv_tokens` is 1 / the number of
@@ -77,7 +80,9 @@ class Worker {
  private:
   Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
          RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
-         StepTrace* trace);
+         StepTrace* trace, const StopToken* stop);
+  // Throws Stopped (worker.cc) when the job was asked to stop.
+  void StopPoint() const;
   WorkerStepResult Step(int64_t step, const WorkerBatch& batch, double inv_tokens);
   WorkerStepResult Eval(int64_t step, const WorkerBatch& batch);
   // This worker failed: the others' collectives and landing barriers fail instead of waiting.
@@ -145,6 +150,7 @@ class Worker {
   RopeTables rope_;
   std::unique_ptr<DeviceStreams> streams_;
   StepTrace* const trace_;
+  const StopToken* const stop_;
 
   // Fetch schedule of a step (unit per item) and the slot ring, allocated once.
   std::vector<int> schedule_;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/engine/stop_token.h"
 #include "runtime/model/safetensors.h"
 
 namespace slidedp {
@@ -169,7 +170,7 @@ absl::Status MatchTensors(const WeightFiles& w, const std::vector<SafetensorsFil
 }  // namespace
 
 absl::Status LoadHfWeights(const std::string& model_dir, const ModelLayout& layout,
-                           const std::function<float*(int unit, int param)>& dest) {
+                           const std::function<float*(int unit, int param)>& dest, const StopToken* stop) {
   absl::StatusOr<WeightFiles> w = FindWeightFiles(model_dir);
   if (!w.ok()) return w.status();
   std::vector<SafetensorsFile> files;
@@ -183,6 +184,7 @@ absl::Status LoadHfWeights(const std::string& model_dir, const ModelLayout& layo
   absl::Status s = MatchTensors(*w, files, layout, found);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("loading '", model_dir, "': ", s.message()));
   for (const auto& [name, f] : found) {
+    if (absl::Status st = CheckStop(stop, absl::StrCat("loading '", model_dir, "'")); !st.ok()) return st;
     const ParamSpec& spec = layout.units[f.unit].params[f.param];
     float* dst = dest(f.unit, f.param);
     if (dst == nullptr) return absl::InvalidArgumentError(absl::StrCat("no destination buffer for '", name, "'"));

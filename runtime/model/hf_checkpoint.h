@@ -14,6 +14,8 @@
 
 namespace slidedp {
 
+class StopToken;  // runtime/engine/stop_token.h
+
 // Reads MODEL_DIR/model.safetensors.index.json and the shards it names, or else
 // MODEL_DIR/model.safetensors, and converts every parameter of `layout` to fp32 into
 // dest(unit, param), a buffer of layout.units[unit].params[param].numel floats.
@@ -22,9 +24,11 @@ namespace slidedp {
 // tensor the layout does not use, except rotary "inv_freq" buffers and "lm_head.weight"
 // when the layout ties it to the embedding (both ignored). Errors name the folder or
 // file, the tensor, and the expected and actual shapes. On an error during conversion
-// the destination buffers may be partly written.
+// the destination buffers may be partly written. CANCELLED between tensors once `stop`
+// (may be null) is set.
 absl::Status LoadHfWeights(const std::string& model_dir, const ModelLayout& layout,
-                           const std::function<float*(int unit, int param)>& dest);
+                           const std::function<float*(int unit, int param)>& dest,
+                           const StopToken* stop = nullptr);
 
 // Writes DIR/config.json (ModelConfigToJson) and the parameters of `layout`, read from
 // src(unit, param) (numel fp32 values each), as `dtype` ("F32" or "BF16"): one

@@ -18,6 +18,7 @@
 #include "runtime/engine/clock.h"
 #include "runtime/engine/communicator.h"
 #include "runtime/engine/nccl_communicator.h"
+#include "runtime/engine/stop_token.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/transformer.h"
 #include "runtime/state/adamw.h"
@@ -56,12 +57,22 @@ TrainConfig WithKnobs(const TrainConfig& config, const PlanKnobs& knobs) {
 
 namespace {
 
-// Best of `repeats` timings of fn (after one warm-up call).
+// Thrown between timings when the job was asked to stop; Calibrate returns CANCELLED.
+struct Stopped {};
+
+void StopPoint(const StopToken* stop) {
+  if (StopRequested(stop)) throw Stopped();
+}
+
+// Best of `repeats` timings of fn (after one warm-up call); throws Stopped before any
+// of them once `stop` is set.
 template <typename Fn>
-double BestSeconds(int repeats, Fn&& fn) {
+double BestSeconds(int repeats, const StopToken* stop, Fn&& fn) {
+  StopPoint(stop);
   fn();
   double best = 1e30;
   for (int i = 0; i < repeats; ++i) {
+    StopPoint(stop);
     const double t0 = MonotonicSeconds();
     fn();
     best = std::min(best, MonotonicSeconds() - t0);
@@ -70,9 +81,9 @@ double BestSeconds(int repeats, Fn&& fn) {
 }
 
 // Read + write GB/s of a copy of `bytes` split over `threads` threads.
-double CopyGbps(int64_t bytes, int threads) {
+double CopyGbps(int64_t bytes, int threads, const StopToken* stop) {
   std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes), 0);
-  const double s = BestSeconds(2, [&] {
+  const double s = BestSeconds(2, stop, [&] {
     std::vector<std::thread> ts;
     const int64_t part = bytes / threads;
     for (int t = 0; t < threads; ++t) {
@@ -86,11 +97,11 @@ double CopyGbps(int64_t bytes, int threads) {
 
 // Parameters a second of the update pipeline's kernel (bf16 gradient in the streamed
 // copy when the job lands gradients so, else fp32).
-double AdamWParamsPerSecond(int64_t n, bool bf16_grad, int threads) {
+double AdamWParamsPerSecond(int64_t n, bool bf16_grad, int threads, const StopToken* stop) {
   std::vector<float> p(n, 0.5f), g(n, 1e-3f), m(n, 0.0f), v(n, 0.0f);
   std::vector<uint16_t> gb(n, 0x3a83);  // ~1e-3 in bf16
   AdamWHyper h;
-  const double s = BestSeconds(2, [&] {
+  const double s = BestSeconds(2, stop, [&] {
     if (bf16_grad) {
       AdamWUpdateBf16Grad(h, n, p.data(), gb.data(), m.data(), v.data(), threads);
     } else {
@@ -109,7 +120,7 @@ struct GpuTimes {
 
 // One decoder block of `model` over `tokens` tokens, and the loss head over a chunk.
 GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_t head_tokens,
-                    const at::Device& device, at::ScalarType dtype) {
+                    const at::Device& device, at::ScalarType dtype, const StopToken* stop) {
   const ModelLayout layout = BuildLayout(model);
   const at::TensorOptions opt = at::TensorOptions().device(device).dtype(dtype);
   const UnitLayout& block = layout.units.at(1);
@@ -126,11 +137,11 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
   {
     c10::NoGradGuard no_grad;
     const BlockParams p = ViewBlock(block, flat);
-    t.forward_s = BestSeconds(2, [&] { Sync(BlockForward(model, p, x, rope)); }) / tokens;
+    t.forward_s = BestSeconds(2, stop, [&] { Sync(BlockForward(model, p, x, rope)); }) / tokens;
   }
   std::vector<at::Tensor> leaves;
   const BlockParams p = ViewBlock(block, flat, &leaves);
-  t.recompute_backward_s = BestSeconds(2, [&] {
+  t.recompute_backward_s = BestSeconds(2, stop, [&] {
     at::Tensor xi = x.detach().requires_grad_(true);
     at::Tensor y = BlockForward(model, p, xi, rope);
     y.backward(at::ones_like(y));
@@ -144,7 +155,7 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
   at::Tensor lm = (at::randn({model.vocab_size, model.hidden_size}, opt) * 0.02).requires_grad_(true);
   at::Tensor h = at::randn({1, head_tokens, model.hidden_size}, opt);
   at::Tensor targets = at::randint(model.vocab_size, {1, head_tokens}, at::TensorOptions().device(device).dtype(at::kLong));
-  t.head_s = BestSeconds(2, [&] {
+  t.head_s = BestSeconds(2, stop, [&] {
     at::Tensor hi = h.detach().requires_grad_(true);
     at::Tensor loss = CrossEntropySum(HeadLogits(model, norm, lm, hi), targets);
     loss.backward();
@@ -196,7 +207,7 @@ absl::StatusOr<double> MeasureCollectiveGbps(Communicator& comm, bool cuda, int6
 
 }  // namespace
 
-absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfig& config) {
+absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfig& config, const StopToken* stop) {
   const double t0 = MonotonicSeconds();
   const ModelShape shape = ShapeOf(model);
   const JobShape job = JobShapeOf(config);
@@ -206,10 +217,10 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = config.policy.update_threads > 0 ? config.policy.update_threads : cores;
   try {
-    r.host_memory_gbps = CopyGbps(job.cuda ? (int64_t{256} << 20) : (int64_t{32} << 20), cores);
+    r.host_memory_gbps = CopyGbps(job.cuda ? (int64_t{256} << 20) : (int64_t{32} << 20), cores, stop);
     c.notes.push_back(absl::StrFormat("host memory %.1f GB/s (copy, %d threads)", r.host_memory_gbps, cores));
     const int64_t n = job.cuda ? (int64_t{32} << 20) : (int64_t{4} << 20);
-    r.adamw_params_per_s = AdamWParamsPerSecond(n, Bf16Landing(job, config.policy), threads);
+    r.adamw_params_per_s = AdamWParamsPerSecond(n, Bf16Landing(job, config.policy), threads, stop);
     c.notes.push_back(absl::StrFormat("AdamW %.3g params/s (%d threads)", r.adamw_params_per_s, threads));
 
     const bool cuda_ok = job.cuda && at::hasCUDA();
@@ -220,7 +231,7 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
     const int64_t seq = job.cuda ? config.seq_len : std::min<int64_t>(config.seq_len, 64);
     const int64_t batch = job.cuda ? std::max<int64_t>(1, std::min<int64_t>(config.micro_batch_size, 16384 / std::max<int64_t>(1, seq))) : 1;
     const int64_t head_tokens = std::min<int64_t>(config.policy.loss_chunk_tokens, batch * seq);
-    const GpuTimes g = MeasureGpu(model, batch, seq, std::max<int64_t>(1, head_tokens), device, dtype);
+    const GpuTimes g = MeasureGpu(model, batch, seq, std::max<int64_t>(1, head_tokens), device, dtype, stop);
     r.forward_s = g.forward_s;
     r.recompute_s = g.forward_s;
     r.backward_s = std::max(0.0, g.recompute_backward_s - g.forward_s);
@@ -229,11 +240,14 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
                                       r.forward_s, r.backward_s, r.head_s, device.str(), batch, seq));
     if (!job.cuda) {
       // Transfers are copies on the worker's thread.
-      r.h2d_gbps = r.d2h_gbps = r.duplex_gbps = r.collective_gbps = CopyGbps(int64_t{16} << 20, 1) / 2;
+      r.h2d_gbps = r.d2h_gbps = r.duplex_gbps = r.collective_gbps = CopyGbps(int64_t{16} << 20, 1, stop) / 2;
     }
+  } catch (const Stopped&) {
+    return CheckStop(stop, "calibration");
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("calibration: ", e.what()));
   }
+  if (absl::Status s = CheckStop(stop, "calibration"); !s.ok()) return s;
 #if defined(SLIDEDP_WITH_CUDA_TOOLKIT)
   if (job.cuda) {
     absl::StatusOr<PcieRates> pcie = MeasurePcie(0, int64_t{256} << 20, 4);

@@ -25,6 +25,8 @@
 
 namespace slidedp {
 
+class StopToken;  // runtime/engine/stop_token.h
+
 // The job's shape for the model, from its config (the batch and the device).
 JobShape JobShapeOf(const TrainConfig& config);
 // The knobs `config` sets now.
@@ -40,8 +42,10 @@ struct Calibration {
   std::vector<std::string> notes;    // what was measured and what kept its default
 };
 
-// Measures the rates for `config` on `model`. Errors are LibTorch or CUDA failures.
-absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfig& config);
+// Measures the rates for `config` on `model`. Errors are LibTorch or CUDA failures, and
+// CANCELLED between measurements (and their repeats) once `stop` (may be null) is set.
+absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfig& config,
+                                      const StopToken* stop = nullptr);
 
 // Folds a finished step into `rates` with weight `alpha` (0..1). `predicted` is the
 // model's prediction for that step with the rates before.

@@ -32,14 +32,15 @@ PlanManager::PlanManager(const ModelConfig& model, const TrainConfig& config)
   report_.budget_bytes = MemoryBudget(config.policy.gpu_memory_budget_bytes, 0);
 }
 
-absl::StatusOr<PlanManager> PlanManager::Start(const ModelConfig& model, const TrainConfig& config) {
+absl::StatusOr<PlanManager> PlanManager::Start(const ModelConfig& model, const TrainConfig& config,
+                                               const StopToken* stop) {
   PlanManager m(model, config);
   if (!config.policy.auto_plan) {
     m.Use(KnobsOf(config));
     m.report_.last_change = "the job's knobs (policy.auto off)";
     return m;
   }
-  absl::StatusOr<Calibration> cal = Calibrate(model, config);
+  absl::StatusOr<Calibration> cal = Calibrate(model, config, stop);
   if (!cal.ok()) return cal.status();
   m.report_.rates = cal->rates;
   m.report_.calibration_seconds = cal->seconds;

@@ -21,11 +21,15 @@
 
 namespace slidedp {
 
+class StopToken;  // runtime/engine/stop_token.h
+
 class PlanManager {
  public:
-  // With policy.auto: calibrates (seconds) and chooses the plan within the memory
-  // budget (RESOURCE_EXHAUSTED when nothing fits). Without: the config's knobs.
-  static absl::StatusOr<PlanManager> Start(const ModelConfig& model, const TrainConfig& config);
+  // With policy.auto: calibrates (seconds; CANCELLED once `stop`, which may be null, is
+  // set) and chooses the plan within the memory budget (RESOURCE_EXHAUSTED when
+  // nothing fits). Without: the config's knobs.
+  static absl::StatusOr<PlanManager> Start(const ModelConfig& model, const TrainConfig& config,
+                                           const StopToken* stop = nullptr);
 
   // The knobs to run with now.
   const PlanKnobs& knobs() const { return report_.knobs; }

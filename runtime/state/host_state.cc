@@ -109,10 +109,10 @@ void HostState::InitRandom(uint64_t seed) {
   RefreshAllParams();
 }
 
-absl::Status HostState::LoadHf(const std::string& model_dir) {
+absl::Status HostState::LoadHf(const std::string& model_dir, const StopToken* stop) {
   absl::Status s = LoadHfWeights(model_dir, layout_, [&](int u, int p) {
     return units_[u].master.data_ptr<float>() + layout_.units[u].params[p].offset;
-  });
+  }, stop);
   if (s.ok()) RefreshAllParams();
   return s;
 }

@@ -19,6 +19,8 @@
 
 namespace slidedp {
 
+class StopToken;  // runtime/engine/stop_token.h
+
 struct UnitState {
   at::Tensor master;  // fp32 [numel]
   at::Tensor m;       // fp32 [numel]
@@ -50,8 +52,9 @@ class HostState {
   // weights 1, biases 0. Identical for a seed on every machine (own generator).
   void InitRandom(uint64_t seed);
 
-  // Loads the weights of a Hugging Face model directory (shapes checked).
-  absl::Status LoadHf(const std::string& model_dir);
+  // Loads the weights of a Hugging Face model directory (shapes checked). CANCELLED
+  // between tensors once `stop` (may be null) is set.
+  absl::Status LoadHf(const std::string& model_dir, const StopToken* stop = nullptr);
 
   // Rewrites the streamed copy of `unit` in [begin, end) from the master weights.
   void RefreshParams(int unit, int64_t begin, int64_t end);

@@ -169,7 +169,8 @@ class FakeTrainer final : public Trainer {
 
 // A TrainerFactory that makes FakeTrainers sharing `control`.
 inline TrainerFactory FakeFactory(std::shared_ptr<FakeControl> control) {
-  return [control](const TrainConfig& config) -> absl::StatusOr<std::unique_ptr<Trainer>> {
+  return [control](const TrainConfig& config,
+                   std::shared_ptr<const StopToken>) -> absl::StatusOr<std::unique_ptr<Trainer>> {
     absl::MutexLock lock(&control->mu);
     ++control->creates;
     control->created_models.push_back(config.model);

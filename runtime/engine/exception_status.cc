@@ -1,0 +1,42 @@
+// ExceptionStatus: see exception_status.h.
+#include "runtime/engine/exception_status.h"
+
+#include <c10/util/Exception.h>
+
+#include <exception>
+#include <new>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace slidedp {
+namespace {
+
+absl::Status FromMessage(absl::string_view what, std::string message) {
+  message = message.substr(0, message.find('\n'));
+  if (message.size() > 512) message = message.substr(0, 512) + "...";
+  const bool allocation = absl::StrContains(message, "out of memory") ||
+                          absl::StrContains(message, "tried to allocate") ||
+                          absl::StrContains(message, "not enough memory");
+  if (allocation) return absl::ResourceExhaustedError(absl::StrCat(what, ": out of memory: ", message));
+  return absl::InternalError(absl::StrCat(what, ": ", message));
+}
+
+}  // namespace
+
+absl::Status CurrentExceptionStatus(absl::string_view what) {
+  try {
+    throw;
+  } catch (const std::bad_alloc& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of host memory (", e.what(), ")"));
+  } catch (const c10::Error& e) {
+    return FromMessage(what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return FromMessage(what, e.what());
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(what, ": an unknown exception"));
+  }
+}
+
+}  // namespace slidedp
