@@ -104,8 +104,11 @@ class JobCheckpointTest : public ::testing::Test {
     store_ = *std::move(store);
     JobManagerOptions options;
     options.store = store_.get();
-    options.trainer_factory = [kill = kill_](const TrainConfig& config) -> absl::StatusOr<std::unique_ptr<Trainer>> {
-      absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(config);
+    options.trainer_factory = [kill = kill_](const TrainConfig& config, std::shared_ptr<const StopToken> stop)
+        -> absl::StatusOr<std::unique_ptr<Trainer>> {
+      TrainerInputs inputs;
+      inputs.stop = std::move(stop);
+      absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(config, std::move(inputs));
       if (!t.ok()) return t.status();
       absl::MutexLock lock(&kill->mu);
       return std::unique_ptr<Trainer>(new KillableTrainer(*std::move(t), kill, kill->block_after));
