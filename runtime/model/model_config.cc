@@ -4,7 +4,7 @@
 // in ways the engine does not implement (another activation, sliding-window attention,
 // another RoPE scaling) are refused. Plain functions; no threads.
 #include "runtime/model/model_config.h"
-#include "runtime/model/json_nesting.h"
+#include "runtime/io/json_nesting.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // header up front; after that every access is within ranges already checked.
 #include "runtime/model/safetensors.h"
 #include "runtime/model/atomic_file.h"
-#include "runtime/model/json_nesting.h"
+#include "runtime/io/json_nesting.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
