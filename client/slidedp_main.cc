@@ -3,10 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/format.h"
 #include "client/spec_file.h"
+#include "runtime/io/file_access.h"
 #include "slidedp/v1/service.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "slidedpd address: HOST:PORT or unix:/PATH");
@@ -103,11 +102,10 @@ class Client {
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, "=", path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  // Never blocks on a FIFO or a device; regular files of at most 1 MiB.
+  absl::StatusOr<std::string> text = slidedp::ReadRegularFile(path, size_t{1} << 20);
+  if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat(flag, ": ", text.status().message()));
+  return text;
 }
 
 absl::StatusOr<Client> Client::Connect() {

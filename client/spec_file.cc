@@ -1,9 +1,6 @@
 // Job spec files: YAML -> JSON (descriptor-guided) -> JobSpec. Stateless; any thread.
 #include "client/spec_file.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <yaml-cpp/yaml.h>
 
 #include "absl/status/status.h"
@@ -11,6 +8,9 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
+#include "runtime/io/file_access.h"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp::client {
 namespace {
@@ -19,14 +19,14 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 
 struct Context {
-  absl::string_view source;
+  std::string source;  // as echoed in messages
 };
 
 absl::Status Error(const Context& ctx, const YAML::Node& node, absl::string_view path,
                    absl::string_view what) {
   const YAML::Mark mark = node.Mark();
   const std::string where = mark.line >= 0 ? absl::StrCat(":", mark.line + 1) : "";
-  return absl::InvalidArgumentError(absl::StrCat(ctx.source, where, ": ", path, ": ", what));
+  return absl::InvalidArgumentError(absl::StrCat(ctx.source, where, ": ", Echo(std::string_view(path.data(), path.size())), ": ", what));
 }
 
 absl::StatusOr<nlohmann::json> Convert(const Context& ctx, const YAML::Node& node,
@@ -44,7 +44,7 @@ absl::StatusOr<nlohmann::json> ConvertValue(const Context& ctx, const YAML::Node
     case FieldDescriptor::CPPTYPE_BOOL: {
       bool value = false;
       if (!YAML::convert<bool>::decode(node, value)) {
-        return Error(ctx, node, path, absl::StrCat("\"", text, "\" is not true or false"));
+        return Error(ctx, node, path, absl::StrCat("\"", Echo(text), "\" is not true or false"));
       }
       return nlohmann::json(value);
     }
@@ -95,19 +95,31 @@ absl::StatusOr<nlohmann::json> Convert(const Context& ctx, const YAML::Node& nod
 
 }  // namespace
 
-absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source) {
+absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source_name) {
+  const std::string source = EchoPath(std::string_view(source_name.data(), source_name.size()));
+  if (text.size() > kMaxJobFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", text.size(),
+                                                   " bytes, more than a job file's limit of ",
+                                                   kMaxJobFileBytes));
+  }
+  // yaml-cpp recurses once per level of nesting: refuse absurd nesting before it parses.
+  if (const int line = YamlNestingExceeded(std::string_view(text.data(), text.size()), kMaxYamlNesting);
+      line != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": nested deeper than ",
+                                                   kMaxYamlNesting, " levels (or too many brackets)"));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", Echo(e.msg)));
   }
   Context ctx{source};
   absl::StatusOr<nlohmann::json> json;
   try {
     json = Convert(ctx, root, v1::JobSpec::descriptor(), "");
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", Echo(e.msg)));
   }
   if (!json.ok()) return json.status();
   v1::JobSpec spec;
@@ -116,17 +128,16 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_vi
   const auto status = google::protobuf::util::JsonStringToMessage(
       json->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), &spec, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message().as_string()));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", Echo(status.message().as_string(), 400)));
   }
   return spec;
 }
 
 absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseJobSpec(text.str(), path);
+  // Never blocks (a FIFO, /dev/stdin), regular files of a job file's size only.
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxJobFileBytes);
+  if (!text.ok()) return text.status();
+  return ParseJobSpec(*text, path);
 }
 
 }  // namespace slidedp::client

@@ -26,23 +26,26 @@ absl=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format 
 
 protoc -I proto --cpp_out="$out/gen" proto/slidedp/v1/job.proto
 
+# runtime/io/ (file access, nesting checks, user text) is used by every reader.
+io="runtime/io/file_access.cc runtime/io/json_nesting.cc runtime/io/user_text.cc"
 sources() {
+  echo "$io"
   case "$1" in
-    safetensors) echo runtime/model/safetensors.cc runtime/model/atomic_file.cc runtime/model/json_nesting.cc ;;
-    config) echo runtime/model/model_config.cc runtime/model/param_layout.cc runtime/model/json_nesting.cc ;;
+    safetensors) echo runtime/model/safetensors.cc runtime/model/atomic_file.cc ;;
+    config) echo runtime/model/model_config.cc runtime/model/param_layout.cc ;;
     token_file) echo runtime/data/token_file.cc runtime/data/data_file_mapping.cc runtime/data/token_source.cc ;;
     jsonl) echo runtime/data/jsonl_tokens.cc runtime/data/data_file_mapping.cc runtime/data/token_source.cc ;;
     text_records) echo runtime/data/text_records.cc runtime/data/document_encoder.cc \
       runtime/data/corpus_tokenizer.cc runtime/data/token_source.cc runtime/data/tokenizer/*.cc \
-      runtime/model/model_config.cc runtime/model/param_layout.cc runtime/model/json_nesting.cc \
+      runtime/model/model_config.cc runtime/model/param_layout.cc \
       runtime/state/thread_pool.cc ;;
     train_config) echo runtime/train_config.cc runtime/train_config_validate.cc ;;
     spec_file) echo client/spec_file.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     checkpoint) echo runtime/state/checkpoint.cc ;;
-    job_record) echo server/job_record.cc runtime/io/user_text.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
-    spec_translation) echo server/spec_translation.cc server/path_policy.cc runtime/io/user_text.cc \
+    job_record) echo server/job_record.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
+    spec_translation) echo server/spec_translation.cc server/path_policy.cc \
       runtime/train_config.cc runtime/train_config_validate.cc runtime/model/model_config.cc \
-      runtime/model/param_layout.cc runtime/model/json_nesting.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
+      runtime/model/param_layout.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     *) echo "fuzz: unknown target $1 (known: ${all[*]})" >&2; return 1 ;;
   esac
 }

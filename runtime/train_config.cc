@@ -19,6 +19,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/io/file_access.h"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 #include "runtime/train_config_validate.h"
 
 namespace slidedp {
@@ -201,8 +204,8 @@ std::string Describe(const YAML::Node& n) {
   if (n.IsMap()) return "a map";
   if (n.IsSequence()) return "a list";
   if (n.IsNull()) return "nothing (null)";
-  if (IsQuoted(n)) return absl::StrCat("the string \"", n.Scalar(), "\"");
-  return absl::StrCat("'", n.Scalar(), "'");
+  if (IsQuoted(n)) return absl::StrCat("the string \"", Echo(n.Scalar()), "\"");
+  return absl::StrCat("'", Echo(n.Scalar()), "'");
 }
 
 // Decoders: return "" on success, else what is wrong ("must be ..., got ...").
@@ -299,7 +302,7 @@ class YamlReader {
     for (const Entry& e : entries_) {
       if (e.used) continue;
       const std::string full = prefix_ + e.name;
-      std::string msg = absl::StrCat("unknown field '", full, "'", loc_->Where(full));
+      std::string msg = absl::StrCat("unknown field '", Echo(full), "'", loc_->Where(full));
       const std::string hint = Suggest(full);
       if (!hint.empty()) absl::StrAppend(&msg, "; did you mean '", hint, "'?");
       return absl::InvalidArgumentError(msg);
@@ -325,7 +328,7 @@ class YamlReader {
     const std::string full = prefix_ + key.Scalar();
     auto [it, fresh] = loc_->lines.emplace(full, line);
     if (!fresh) {
-      status_ = absl::InvalidArgumentError(absl::StrCat("duplicate field '", full, "' in ",
+      status_ = absl::InvalidArgumentError(absl::StrCat("duplicate field '", Echo(full), "' in ",
                                                         loc_->source, " at line ", line,
                                                         " (first at line ", it->second, ")"));
       return;
@@ -389,7 +392,16 @@ absl::StatusOr<TrainConfig> ParseYaml(std::string_view text, Locations* loc) {
 
 absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_view source) {
   Locations loc;
-  loc.source = std::string(source);
+  loc.source = EchoPath(source);
+  if (text.size() > kMaxJobFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(loc.source, ": ", text.size(), " bytes, more than a job file's limit of ",
+                                                   kMaxJobFileBytes));
+  }
+  // yaml-cpp recurses once per level of nesting: refuse absurd nesting before it parses.
+  if (const int line = YamlNestingExceeded(text, kMaxYamlNesting); line != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(loc.source, " at line ", line, ": nested deeper than ",
+                                                   kMaxYamlNesting, " levels (or too many brackets)"));
+  }
   absl::StatusOr<TrainConfig> config;
   try {
     config = ParseYaml(text, &loc);
@@ -398,7 +410,7 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_
                                   ? loc.source
                                   : absl::StrCat(loc.source, " at line ", e.mark.line + 1,
                                                  ", column ", e.mark.column + 1);
-    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid YAML or JSON: ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid YAML or JSON: ", Echo(e.msg)));
   }
   if (!config.ok()) return config.status();
   if (const std::optional<train_config_internal::Problem> p = FindProblem(*config))
@@ -407,18 +419,12 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_
 }
 
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
-  constexpr std::streamoff kMaxBytes = 16 << 20;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot open config file '" + path + "'");
-  in.seekg(0, std::ios::end);
-  if (in.tellg() > kMaxBytes) {
-    return absl::InvalidArgumentError("config file '" + path + "' is larger than 16 MiB");
+  // Never blocks, regular files only (runtime/io/file_access.h).
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxJobFileBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat("config file: ", text.status().message()));
   }
-  in.seekg(0, std::ios::beg);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError("cannot read config file '" + path + "'");
-  return ParseTrainConfig(text.str(), path);
+  return ParseTrainConfig(*text, path);
 }
 
 std::string TrainConfigToJson(const TrainConfig& config) {

@@ -124,6 +124,8 @@ absl::Status ValidateTrainConfig(const TrainConfig& config);
 
 // Parses YAML (a superset of JSON). Unknown fields and wrong types are errors naming
 // the field (nested fields as "optimizer.lr"). `source` names the file in messages.
+// Text over kMaxJobFileBytes, or nested deeper than kMaxYamlNesting (runtime/io/
+// json_nesting.h), is refused before YAML parsing.
 absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_view source);
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
 

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/io/user_text.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
@@ -53,7 +54,7 @@ Check Bounded(const char* field, int64_t value, int64_t lo, int64_t hi) {
 Check OneOf(const char* field, const std::string& value, std::vector<std::string> allowed) {
   if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return std::nullopt;
   return Problem{
-      field, absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "), "; got '", value, "'")};
+      field, absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "), "; got '", Echo(value), "'")};
 }
 
 // `ok` is written so that NaN fails it.

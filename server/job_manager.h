@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/train_config.h"
 #include "server/job_store.h"

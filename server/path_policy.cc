@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/io/file_access.h"
 
 namespace slidedp::server {
 namespace {
@@ -33,11 +34,11 @@ absl::StatusOr<std::vector<std::string>> CanonicalRoots(const std::vector<std::s
     fs::path canonical = fs::canonical(root, ec);
     if (ec) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": root \"", root, "\": ", ec.message()));
+          absl::StrCat(flag, ": root \"", EchoPath(root), "\": ", ec.message()));
     }
     if (!fs::is_directory(canonical, ec)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": root \"", root, "\" is not a directory"));
+          absl::StrCat(flag, ": root \"", EchoPath(root), "\" is not a directory"));
     }
     out.push_back(canonical.string());
   }
@@ -47,9 +48,7 @@ absl::StatusOr<std::vector<std::string>> CanonicalRoots(const std::vector<std::s
 }  // namespace
 
 bool IsUnderRoot(const std::string& path, const std::string& root) {
-  if (root == "/") return !path.empty() && path[0] == '/';
-  if (path.size() < root.size() || path.compare(0, root.size(), root) != 0) return false;
-  return path.size() == root.size() || path[root.size()] == '/';
+  return PathIsUnderRoot(path, root);  // the rule the runtime applies when it opens files
 }
 
 absl::StatusOr<PathPolicy> PathPolicy::Create(const PathRoots& roots) {
@@ -86,24 +85,25 @@ absl::StatusOr<std::string> PathPolicy::Check(const std::string& field, const st
   }
   if (path[0] != '/') {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ": \"", path, "\" is not an absolute path"));
+        absl::StrCat(field, ": \"", EchoPath(path), "\" is not an absolute path"));
   }
   std::error_code ec;
   // weakly_canonical resolves symlinks in the existing prefix and ".." everywhere.
   const std::string canonical = fs::weakly_canonical(path, ec).string();
   if (ec) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": \"", path, "\": ", ec.message()));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": \"", EchoPath(path), "\": ", ec.message()));
   }
   const std::vector<std::string>& allowed = roots(kind);
   bool inside = false;
   for (const std::string& root : allowed) inside = inside || IsUnderRoot(canonical, root);
   if (!inside) {
     return absl::PermissionDeniedError(absl::StrCat(
-        field, ": \"", path, "\" (resolved to \"", canonical, "\") is outside the allowed roots [",
-        absl::StrJoin(allowed, ", "), "] of ", KindName(kind)));
+        field, ": \"", EchoPath(path), "\" (resolved to \"", EchoPath(canonical),
+        "\") is outside the allowed roots [", EchoPath(absl::StrJoin(allowed, ", ")), "] of ",
+        KindName(kind)));
   }
   if (must_exist && !fs::exists(canonical, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": \"", path, "\" does not exist"));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": \"", EchoPath(path), "\" does not exist"));
   }
   return canonical;
 }

@@ -3,15 +3,20 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "runtime/data/token_cache.h"
 #include "runtime/engine/trainer.h"
+#include "runtime/io/file_access.h"
 #include "server/daemon.h"
 #include "server/log.h"
+#include "server/path_policy.h"
 
 #ifndef SLIDEDP_VERSION
 #define SLIDEDP_VERSION "dev"
@@ -52,6 +57,38 @@ ABSL_FLAG(std::string, ready_file, "",
           "Once serving, write {\"listen\": ..., \"metrics_listen\": ..., \"pid\": ...} with the "
           "bound addresses to this file (for scripts and tests using port 0)");
 
+namespace {
+
+// The roots every file a job opens or writes must lie in when it is opened
+// (runtime/io/file_access.h), checked on the open descriptor: reads under any root
+// (checkpoints are read back from the output roots), writes under the output roots, the
+// data roots (the token cache's default folder is beside the data file) and the user's
+// cache folder (the token cache's fallback, created here when missing).
+absl::StatusOr<slidedp::FileRoots> JobFileRoots(const slidedp::server::PathRoots& roots) {
+  using slidedp::server::PathKind;
+  absl::StatusOr<slidedp::server::PathPolicy> policy = slidedp::server::PathPolicy::Create(roots);
+  if (!policy.ok()) return policy.status();
+  slidedp::FileRoots files;
+  for (PathKind kind : {PathKind::kModel, PathKind::kData, PathKind::kOutput}) {
+    for (const std::string& root : policy->roots(kind)) files.read.push_back(root);
+  }
+  for (PathKind kind : {PathKind::kOutput, PathKind::kData}) {
+    for (const std::string& root : policy->roots(kind)) files.write.push_back(root);
+  }
+  const std::vector<std::string> cache_dirs = slidedp::TokenCacheDirs("", "/data");
+  for (size_t i = 1; i < cache_dirs.size(); ++i) {  // [0] is the folder beside the data
+    std::error_code ec;
+    std::filesystem::create_directories(cache_dirs[i], ec);
+    const std::filesystem::path canonical = std::filesystem::canonical(cache_dirs[i], ec);
+    if (ec) continue;  // no fallback cache; text datasets keep their tokens in memory
+    files.read.push_back(canonical.string());
+    files.write.push_back(canonical.string());
+  }
+  return files;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "slidedp training daemon: runs fine-tuning jobs submitted over gRPC "
@@ -87,6 +124,12 @@ int main(int argc, char** argv) {
     inputs.stop = std::move(stop);
     return slidedp::Trainer::Create(config, std::move(inputs));
   };
+  absl::StatusOr<slidedp::FileRoots> file_roots = JobFileRoots(options.roots);
+  if (!file_roots.ok()) {
+    std::fprintf(stderr, "slidedpd: %s\n", std::string(file_roots.status().message()).c_str());
+    return 1;
+  }
+  slidedp::SetFileRoots(*std::move(file_roots));  // before any job can run
 
   absl::StatusOr<std::unique_ptr<slidedp::server::Daemon>> daemon =
       slidedp::server::Daemon::Start(std::move(options));

@@ -11,6 +11,7 @@
 #include "google/protobuf/unknown_field_set.h"
 #include "runtime/io/user_text.h"
 #include "runtime/model/model_config.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp::server {
 namespace {
@@ -109,7 +110,7 @@ absl::Status CheckModel(const PathPolicy& paths, TrainConfig* config) {
   }
   if (!PresetConfig(config->model).ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model: \"", config->model, "\" is neither a preset (", absl::StrJoin(PresetNames(), ", "),
+        "model: \"", Echo(config->model), "\" is neither a preset (", absl::StrJoin(PresetNames(), ", "),
         ") nor an absolute model directory path"));
   }
   return absl::OkStatus();

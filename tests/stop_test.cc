@@ -3,7 +3,7 @@
 // bounded now, and every long loop observes the job's StopToken: the evaluation, the
 // tokenization of a text file in Trainer::Create, the calibration, model loading, and
 // the step's units, each returning CANCELLED within about a second of RequestStop().
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

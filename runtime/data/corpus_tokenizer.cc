@@ -9,7 +9,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
+#include "runtime/io/file_access.h"
 #include "runtime/state/thread_pool.h"
 
 namespace slidedp {
@@ -143,7 +144,7 @@ absl::StatusOr<TokenizedCorpus> TokenizeCorpus(absl::string_view text, const std
   int64_t lines_before = 0;
   for (Chunk& chunk : chunks) {
     if (chunk.error_line > 0 && corpus.first_bad_line.empty()) {
-      std::string where = absl::StrCat(source, ":", lines_before + chunk.error_line, ": ", chunk.error);
+      std::string where = absl::StrCat(EchoPath(source), ":", lines_before + chunk.error_line, ": ", chunk.error);
       if (!options.skip_bad_lines) return absl::InvalidArgumentError(where);
       corpus.first_bad_line = std::move(where);
     }
@@ -156,7 +157,7 @@ absl::StatusOr<TokenizedCorpus> TokenizeCorpus(absl::string_view text, const std
   }
   if (corpus.documents == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: no usable documents (%d bad lines skipped%s%s)", source, corpus.bad_lines,
+        "%s: no usable documents (%d bad lines skipped%s%s)", EchoPath(source), corpus.bad_lines,
         corpus.first_bad_line.empty() ? "" : "; first: ", corpus.first_bad_line));
   }
   for (int32_t id : corpus.ids) corpus.max_id = std::max(corpus.max_id, id);

@@ -17,7 +17,7 @@
 
 namespace slidedp {
 
-class StopToken;  // runtime/engine/stop_token.h
+class StopToken;  // runtime/io/stop_token.h
 
 struct TokenizedCorpus {
   std::vector<int32_t> ids;

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
@@ -16,7 +18,7 @@ constexpr char kCursorTag[] = "slidedp.data";
 
 absl::Status CursorError(const std::string& text, const std::string& what) {
   return absl::InvalidArgumentError(
-      absl::StrFormat("data cursor '%s' is not valid: %s", text, what));
+      absl::StrFormat("data cursor '%s' is not valid: %s", Echo(text), what));
 }
 
 // Reads the integer field `name` into *out; false if absent, not an integer or out of
@@ -47,6 +49,9 @@ std::string SerializeDataCursor(const DataCursor& c) {
 }
 
 absl::StatusOr<DataCursor> ParseDataCursor(const std::string& text) {
+  if (JsonNestingExceeded(text, kMaxJsonNesting) != 0) {
+    return CursorError(text, absl::StrCat("JSON nested deeper than ", kMaxJsonNesting, " levels"));
+  }
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return CursorError(text, "not a JSON object");
   auto tag = j.find("cursor");

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/io/file_access.h"
 
 namespace slidedp {
 namespace {
@@ -25,30 +26,24 @@ absl::Status ErrnoError(int err, const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataFileMapping>> DataFileMapping::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot open ", path));
+  absl::StatusOr<UniqueFd> fd = OpenRegularFile(path);  // never blocks; regular files only
+  if (!fd.ok()) return fd.status();
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
+  if (::fstat(fd->get(), &st) != 0) {
     const int err = errno;
-    ::close(fd);
-    return ErrnoError(err, absl::StrCat("cannot stat ", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+    return ErrnoError(err, absl::StrCat("cannot stat ", EchoPath(path)));
   }
   const size_t size = static_cast<size_t>(st.st_size);
   const uint8_t* data = nullptr;
   if (size > 0) {
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd->get(), 0);
     if (p == MAP_FAILED) {
       const int err = errno;
-      ::close(fd);
-      return ErrnoError(err, absl::StrCat("cannot mmap ", path));
+      return ErrnoError(err, absl::StrCat("cannot mmap ", EchoPath(path)));
     }
     data = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);  // the mapping keeps the file alive
+  // The descriptor is closed on return; the mapping keeps the file alive.
   return std::unique_ptr<DataFileMapping>(new DataFileMapping(path, data, size));
 }
 

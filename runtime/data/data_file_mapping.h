@@ -14,8 +14,10 @@ namespace slidedp {
 
 class DataFileMapping {
  public:
-  // Maps `path` read-only. NotFound if it does not exist, InvalidArgument if it is not a
-  // regular file, Internal on other system errors. An empty file maps to size() == 0
+  // Maps `path` read-only, opened by OpenRegularFile (runtime/io/file_access.h: never
+  // blocks, inside the read roots). NotFound if it does not exist, InvalidArgument if it
+  // is not a regular file (a FIFO, a directory, a device), PermissionDenied if access is
+  // denied or it lies outside the read roots, Internal on other system errors. An empty file maps to size() == 0
   // and data() == nullptr (mmap of zero bytes is not allowed).
   static absl::StatusOr<std::unique_ptr<DataFileMapping>> Open(const std::string& path);
 

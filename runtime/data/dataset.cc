@@ -9,6 +9,7 @@
 #include "runtime/data/text_dataset.h"
 #include "runtime/data/text_records.h"
 #include "runtime/data/token_file.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
@@ -22,7 +23,7 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenSource(const DataConfig& data,
   }
   if (path.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("data.path is required for data.format \"%s\"", data.format));
+        absl::StrFormat("data.path is required for data.format \"%s\"", Echo(data.format)));
   }
   if (data.format == "tokens") return OpenTokenFile(path, data.token_dtype, model.vocab_size);
   if (data.format == "jsonl") return LoadJsonlTokens(path, model.vocab_size, stop);
@@ -33,7 +34,7 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenSource(const DataConfig& data,
   }
   return absl::InvalidArgumentError(absl::StrFormat(
       "data.format \"%s\" is not synthetic, tokens, jsonl, text, prompt_completion or chat",
-      data.format));
+      Echo(data.format)));
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> Open(const DataConfig& data, const std::string& path,

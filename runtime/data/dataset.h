@@ -14,7 +14,7 @@
 
 namespace slidedp {
 
-class StopToken;  // runtime/engine/stop_token.h
+class StopToken;  // runtime/io/stop_token.h
 
 inline constexpr int32_t kIgnoreIndex = -100;
 

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/data/token_source.h"
+#include "runtime/io/file_access.h"
 
 namespace slidedp {
 namespace {
@@ -38,7 +39,7 @@ absl::StatusOr<DocumentEncoder> DocumentEncoder::Create(const Tokenizer& tokeniz
     std::optional<int32_t> id = tokenizer.TokenId(token);
     if (!id && missing.ok()) {
       missing = absl::FailedPreconditionError(absl::StrCat(
-          "tokenizer ", tokenizer.source(), " has no ", token, " token, which data.format ",
+          "tokenizer ", EchoPath(tokenizer.source()), " has no ", token, " token, which data.format ",
           TextFormatName(format), " needs for a ", std::string(FamilyName(family)), " model"));
     }
     return id.value_or(-1);

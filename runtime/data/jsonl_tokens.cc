@@ -6,7 +6,10 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "runtime/data/data_file_mapping.h"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
+#include "runtime/io/file_access.h"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
@@ -14,14 +17,18 @@ namespace {
 using nlohmann::json;
 
 absl::Status LineError(const std::string& source, int64_t line, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrFormat("%s:%d: %s", source, line, what));
+  return absl::InvalidArgumentError(absl::StrFormat("%s:%d: %s", EchoPath(source), line, what));
 }
 
 absl::StatusOr<json> ParseLine(absl::string_view text, const std::string& source, int64_t line) {
+  // Deep nesting would exhaust the stack in the library's recursive parts (dump, below).
+  if (JsonNestingExceeded(std::string_view(text.data(), text.size()), kMaxJsonNesting) != 0) {
+    return LineError(source, line, absl::StrCat("JSON nested deeper than ", kMaxJsonNesting, " levels"));
+  }
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {  // parse_error, and out_of_range for huge numbers
-    return LineError(source, line, absl::StrCat("not valid JSON (", e.what(), ")"));
+    return LineError(source, line, absl::StrCat("not valid JSON (", Echo(e.what(), 400), ")"));
   }
 }
 
@@ -47,7 +54,8 @@ absl::Status AppendTokens(const json& array, const std::string& source, int64_t 
     if (!in_range) {
       return LineError(
           source, line,
-          absl::StrFormat("element %d (%s) is not a token id in [0, %d)", i, v.dump(), vocab_size));
+          absl::StrFormat("element %d (%s) is not a token id in [0, %d)", i,
+                          Echo(v.dump(-1, ' ', false, json::error_handler_t::replace)), vocab_size));
     }
     out.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
@@ -88,7 +96,7 @@ absl::StatusOr<std::unique_ptr<TokenSource>> LoadJsonlTokens(const std::string& 
   absl::StatusOr<JsonlTokens> parsed = ParseJsonlTokens(text, path, vocab_size, stop);
   if (!parsed.ok()) return parsed.status();
   if (parsed->tokens.empty()) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: the file holds no tokens", path));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: the file holds no tokens", EchoPath(path)));
   }
   std::string description =
       absl::StrFormat("jsonl %s (%s tokens in %d documents)", path,

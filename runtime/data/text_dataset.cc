@@ -13,7 +13,7 @@
 #include "runtime/data/document_encoder.h"
 #include "runtime/data/token_cache.h"
 #include "runtime/data/tokenizer/tokenizer.h"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
 
 namespace slidedp {
 namespace {

@@ -3,6 +3,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
@@ -27,8 +29,7 @@ absl::StatusOr<ChatRole> ParseRole(const std::string& role, size_t index) {
   if (role == "system") return ChatRole::kSystem;
   if (role == "user") return ChatRole::kUser;
   if (role == "assistant") return ChatRole::kAssistant;
-  std::string shown = role.size() > 40 ? role.substr(0, 40) + "..." : role;
-  return Bad(absl::StrCat("messages[", index, "].role \"", shown,
+  return Bad(absl::StrCat("messages[", index, "].role \"", Echo(role, 40),
                           "\" is not system, user or assistant"));
 }
 
@@ -82,7 +83,7 @@ absl::StatusOr<TextFormat> ParseTextFormat(absl::string_view name) {
   if (name == "text") return TextFormat::kText;
   if (name == "prompt_completion") return TextFormat::kPromptCompletion;
   if (name == "chat") return TextFormat::kChat;
-  return Bad(absl::StrCat("\"", name, "\" is not text, prompt_completion or chat"));
+  return Bad(absl::StrCat("\"", Echo(std::string_view(name.data(), name.size())), "\" is not text, prompt_completion or chat"));
 }
 
 bool IsTextFormat(absl::string_view name) { return ParseTextFormat(name).ok(); }
@@ -106,11 +107,15 @@ absl::string_view ChatRoleName(ChatRole role) {
 }
 
 absl::StatusOr<TextRecord> ParseTextRecord(absl::string_view line, TextFormat format) {
+  // Deep nesting would exhaust the stack in the JSON library's recursive parts.
+  if (JsonNestingExceeded(std::string_view(line.data(), line.size()), kMaxJsonNesting) != 0) {
+    return Bad(absl::StrCat("JSON nested deeper than ", kMaxJsonNesting, " levels"));
+  }
   json doc;
   try {
     doc = json::parse(line.begin(), line.end());
   } catch (const json::exception& e) {  // parse_error; out_of_range for huge numbers
-    return Bad(absl::StrCat("not valid JSON (", e.what(), ")"));
+    return Bad(absl::StrCat("not valid JSON (", Echo(e.what(), 400), ")"));
   }
   if (!doc.is_object()) return Bad(absl::StrCat("expected a JSON object, got ", doc.type_name()));
   TextRecord record;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/io/file_access.h"
 #include "runtime/model/atomic_file.h"
 
 namespace slidedp {
@@ -48,7 +49,7 @@ uint64_t Checksum(Header h, absl::string_view key, absl::string_view ids, absl::
 }
 
 absl::Status Corrupt(const std::string& path, const std::string& what) {
-  return absl::DataLossError(absl::StrCat("token cache ", path, ": ", what));
+  return absl::DataLossError(absl::StrCat("token cache ", EchoPath(path), ": ", what));
 }
 
 }  // namespace
@@ -152,11 +153,15 @@ absl::StatusOr<std::unique_ptr<CachedTokenSource>> OpenTokenCache(const std::str
 
 absl::Status WriteTokenCache(const std::string& path, const std::string& key,
                              const TokenizedCorpus& corpus) {
-  std::error_code ec;
+  // Created below a folder inside the write roots, never through a symlink; AtomicFile
+  // then writes through a checked descriptor of the folder (runtime/io/file_access.h).
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (!dir.empty() && !std::filesystem::create_directories(dir, ec) && ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create the token cache folder ", dir.string(), ": ", ec.message()));
+  if (!dir.empty()) {
+    absl::StatusOr<UniqueFd> d = CreateDirForWrite(dir.string());
+    if (!d.ok()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create the token cache folder: ", d.status().message()));
+    }
   }
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_format.h"
 #include "runtime/data/data_file_mapping.h"
+#include "runtime/io/file_access.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
@@ -37,7 +39,7 @@ absl::StatusOr<Layout> LlmcLayout(const DataFileMapping& file) {
   if (version != 1 && version != 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: llm.c header version %d is not supported (1: uint16 tokens, 2: uint32 tokens)",
-        file.path(), version));
+        EchoPath(file.path()), version));
   }
   layout.width = version == 1 ? 2 : 4;
   layout.kind = version == 1 ? "llm.c v1, uint16" : "llm.c v2, uint32";
@@ -46,7 +48,7 @@ absl::StatusOr<Layout> LlmcLayout(const DataFileMapping& file) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: llm.c header says %d tokens (%d bytes) but the file has %d bytes after the "
         "%d-byte header (truncated or corrupt)",
-        file.path(), count, count * layout.width, body, kLlmcHeaderBytes));
+        EchoPath(file.path()), count, count * layout.width, body, kLlmcHeaderBytes));
   }
   layout.count = count;
   return layout;
@@ -60,7 +62,7 @@ absl::StatusOr<Layout> RawLayout(const DataFileMapping& file, const std::string&
     layout.width = 4;
   } else {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: data.token_dtype \"%s\" is not uint16 or uint32", file.path(), token_dtype));
+        "%s: data.token_dtype \"%s\" is not uint16 or uint32", EchoPath(file.path()), Echo(token_dtype)));
   }
   layout.kind = token_dtype;
   const int64_t size = static_cast<int64_t>(file.size());
@@ -68,7 +70,7 @@ absl::StatusOr<Layout> RawLayout(const DataFileMapping& file, const std::string&
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d bytes is not a multiple of the %d-byte %s token size (wrong token_dtype, "
         "or a truncated file)",
-        file.path(), size, layout.width, token_dtype));
+        EchoPath(file.path()), size, layout.width, token_dtype));
   }
   layout.count = size / layout.width;
   return layout;
@@ -120,7 +122,7 @@ class TokenFile final : public TokenSource {
 
   absl::Status BadToken(int64_t index, uint32_t token) const {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: token %d (byte offset %d) is %d, not < vocab_size %d", file_->path(),
+        absl::StrFormat("%s: token %d (byte offset %d) is %d, not < vocab_size %d", EchoPath(file_->path()),
                         index, layout_.header_bytes + index * layout_.width, token, vocab_size_));
   }
 
@@ -137,18 +139,18 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenTokenFile(const std::string& pa
                                                            int64_t eager_check_bytes) {
   if (vocab_size < 1 || vocab_size > (int64_t{1} << 31)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: vocab_size %d is not in [1, 2^31]", path, vocab_size));
+        absl::StrFormat("%s: vocab_size %d is not in [1, 2^31]", EchoPath(path), vocab_size));
   }
   absl::StatusOr<std::unique_ptr<DataFileMapping>> file = DataFileMapping::Open(path);
   if (!file.ok()) return file.status();
   if ((*file)->size() == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: the token file is empty", path));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: the token file is empty", EchoPath(path)));
   }
   absl::StatusOr<Layout> layout =
       HasLlmcMagic(**file) ? LlmcLayout(**file) : RawLayout(**file, token_dtype);
   if (!layout.ok()) return layout.status();
   if (layout->count == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: the file holds no tokens", path));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: the file holds no tokens", EchoPath(path)));
   }
   const bool eager = static_cast<int64_t>((*file)->size()) <= eager_check_bytes;
   auto source = std::make_unique<TokenFile>(*std::move(file), *std::move(layout), vocab_size);

@@ -19,7 +19,7 @@
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/step_trace.h"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"

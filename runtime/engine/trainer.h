@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/data/dataset.h"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
 #include "runtime/model/model_config.h"
 #include "runtime/plan/plan_report.h"
 #include "runtime/train_config.h"

@@ -22,7 +22,7 @@
 #include "runtime/engine/routes.h"
 #include "runtime/engine/serial_executor.h"
 #include "runtime/engine/step_trace.h"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/model/transformer.h"
 #include "runtime/state/host_state.h"

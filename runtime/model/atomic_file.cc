@@ -2,6 +2,7 @@
 #include "runtime/model/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,7 +16,7 @@ namespace {
 
 absl::Status ErrnoStatus(const char* what, const std::string& path) {
   const int e = errno;
-  std::string msg = absl::StrCat(what, " '", path, "': ", std::strerror(e));
+  std::string msg = absl::StrCat(what, " '", EchoPath(path), "': ", std::strerror(e));
   if (e == ENOENT) return absl::NotFoundError(msg);
   return absl::InternalError(msg);
 }
@@ -24,18 +25,31 @@ absl::Status ErrnoStatus(const char* what, const std::string& path) {
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+  if (!committed_ && !tmp_name_.empty() && dir_.valid()) ::unlinkat(dir_.get(), tmp_name_.c_str(), 0);
 }
 
 absl::Status AtomicFile::Open(const std::string& path, const std::string& tmp_path) {
+  namespace fs = std::filesystem;
   path_ = path;
   tmp_ = tmp_path.empty() ? path + ".tmp" : tmp_path;
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    absl::Status s = ErrnoStatus("cannot create", tmp_);
-    tmp_.clear();  // not ours to remove
-    return s;
+  const fs::path p(path_), t(tmp_);
+  if (p.parent_path() != t.parent_path() || !p.has_filename() || !t.has_filename()) {
+    return absl::InvalidArgumentError(absl::StrCat("AtomicFile: '", EchoPath(tmp_),
+                                                   "' is not a file beside '", EchoPath(path_), "'"));
   }
+  std::string dir = p.parent_path().string();
+  if (dir.empty()) dir = ".";
+  absl::StatusOr<UniqueFd> d = OpenDirForWrite(dir);
+  if (!d.ok()) {
+    return absl::Status(d.status().code(),
+                        absl::StrCat("cannot create '", EchoPath(tmp_), "': ", d.status().message()));
+  }
+  dir_ = *std::move(d);
+  absl::StatusOr<UniqueFd> f = CreateFileAt(dir_.get(), t.filename().string(), tmp_);
+  if (!f.ok()) return f.status();  // nothing of ours to remove
+  name_ = p.filename().string();
+  tmp_name_ = t.filename().string();
+  fd_ = f->Release();
   return absl::OkStatus();
 }
 
@@ -56,15 +70,11 @@ absl::Status AtomicFile::Commit() {
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) return ErrnoStatus("cannot close", tmp_);
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) return ErrnoStatus("cannot rename to", path_);
+  if (::renameat(dir_.get(), tmp_name_.c_str(), dir_.get(), name_.c_str()) != 0) {
+    return ErrnoStatus("cannot rename to", path_);
+  }
   committed_ = true;
-  std::string dir = std::filesystem::path(path_).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return ErrnoStatus("cannot open folder", dir);
-  const int rc = ::fsync(dfd);
-  ::close(dfd);
-  if (rc != 0) return ErrnoStatus("cannot fsync folder", dir);
+  if (::fsync(dir_.get()) != 0) return ErrnoStatus("cannot fsync the folder of", path_);
   return absl::OkStatus();
 }
 

@@ -1,8 +1,12 @@
 // HfCheckpoint: see hf_checkpoint.h.
 #include "runtime/model/hf_checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <utility>
@@ -13,7 +17,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
+#include "runtime/io/file_access.h"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 #include "runtime/model/safetensors.h"
 
 namespace slidedp {
@@ -38,42 +45,41 @@ struct WeightFiles {
   bool indexed = false;
 };
 
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path, size_t limit) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > limit) return absl::InvalidArgumentError(absl::StrCat("'", path, "' is too large"));
-  }
-  if (in.bad()) return absl::InternalError(absl::StrCat("cannot read '", path, "'"));
-  return text;
-}
-
 bool IsPlainFileName(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.find('\0') == std::string::npos;
 }
 
 absl::StatusOr<WeightFiles> ParseIndex(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxIndexBytes);
+  // Never blocks, regular files only, inside the read roots (runtime/io/file_access.h).
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxIndexBytes);
   if (!text.ok()) return text.status();
+  const std::string shown = EchoPath(path);
+  if (const int line = JsonNestingExceeded(*text, kMaxJsonNesting); line != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", shown, "':", line, ": JSON nested deeper than ", kMaxJsonNesting, " levels"));
+  }
   json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a JSON object"));
+    return absl::InvalidArgumentError(absl::StrCat("'", shown, "' is not a JSON object"));
   }
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "': 'weight_map' missing or not an object"));
+    return absl::InvalidArgumentError(absl::StrCat("'", shown, "': 'weight_map' missing or not an object"));
   }
   WeightFiles w;
   w.indexed = true;
   std::set<std::string> files;
   for (const auto& [tensor, file] : wm->items()) {
-    if (!file.is_string() || !IsPlainFileName(file.get<std::string>())) {
+    // Shards are plain names inside the model folder: no '/', no "..", nothing absolute.
+    if (!file.is_string()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("'", path, "': weight_map entry '", tensor, "' is not a file name in the folder"));
+          absl::StrCat("'", shown, "': weight_map entry '", Echo(tensor), "' is not a file name"));
+    }
+    if (!IsPlainFileName(file.get<std::string>())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", shown, "': weight_map entry '", Echo(tensor), "' names '", Echo(file.get<std::string>()),
+          "', not a file name in the model folder (no '/', no '..')"));
     }
     w.weight_map[tensor] = file.get<std::string>();
     files.insert(file.get<std::string>());
@@ -90,7 +96,8 @@ absl::StatusOr<WeightFiles> FindWeightFiles(const std::string& dir) {
     w.files = {kSingleFile};
     return w;
   }
-  return absl::NotFoundError(absl::StrCat("model folder '", dir, "' has neither ", kSingleFile, " nor ", kIndexFile));
+  return absl::NotFoundError(
+      absl::StrCat("model folder '", EchoPath(dir), "' has neither ", kSingleFile, " nor ", kIndexFile));
 }
 
 bool Ignored(const std::string& name, const ModelLayout& layout) {
@@ -106,12 +113,12 @@ struct Found {
 // The tensor `t` of `file` can fill parameter `spec`.
 absl::Status CheckTensor(const SafetensorsFile& file, const SafetensorsTensorInfo& t, const ParamSpec& spec) {
   if (t.shape != spec.shape) {
-    return absl::InvalidArgumentError(absl::StrCat("'", file.name(), "': tensor '", t.name, "' has shape ",
+    return absl::InvalidArgumentError(absl::StrCat("'", EchoPath(file.name()), "': tensor '", Echo(t.name), "' has shape ",
                                                    ShapeString(t.shape), ", the config expects ",
                                                    ShapeString(spec.shape)));
   }
   if (t.dtype != SafetensorsDtype::kF32 && t.dtype != SafetensorsDtype::kBF16 && t.dtype != SafetensorsDtype::kF16) {
-    return absl::InvalidArgumentError(absl::StrCat("'", file.name(), "': tensor '", t.name, "' has dtype ",
+    return absl::InvalidArgumentError(absl::StrCat("'", EchoPath(file.name()), "': tensor '", Echo(t.name), "' has dtype ",
                                                    std::string(SafetensorsDtypeName(t.dtype)),
                                                    " (F32, BF16, F16 only)"));
   }
@@ -133,29 +140,29 @@ absl::Status MatchTensors(const WeightFiles& w, const std::vector<SafetensorsFil
       if (w.indexed) {
         auto it = w.weight_map.find(t.name);
         if (it == w.weight_map.end() || it->second != w.files[f]) {
-          return absl::InvalidArgumentError(absl::StrCat("'", file.name(), "': tensor '", t.name,
+          return absl::InvalidArgumentError(absl::StrCat("'", EchoPath(file.name()), "': tensor '", Echo(t.name),
                                                          "' is not mapped to this file by ", kIndexFile));
         }
       }
       if (Ignored(t.name, layout)) continue;
       auto e = expected.find(t.name);
       if (e == expected.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("'", file.name(), "': tensor '", t.name,
+        return absl::InvalidArgumentError(absl::StrCat("'", EchoPath(file.name()), "': tensor '", Echo(t.name),
                                                        "' is not a parameter of the configured model"));
       }
       absl::Status s = CheckTensor(file, t, layout.units[e->second.first].params[e->second.second]);
       if (!s.ok()) return s;
       auto [it, inserted] = found.emplace(t.name, Found{&file, e->second.first, e->second.second});
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is in both '", it->second.file->name(),
-                                                       "' and '", file.name(), "'"));
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", Echo(t.name), "' is in both '", EchoPath(it->second.file->name()),
+                                                       "' and '", EchoPath(file.name()), "'"));
       }
     }
   }
   for (const auto& [name, file] : w.weight_map) {
     if (Ignored(name, layout) || found.count(name)) continue;
     if (expected.count(name)) continue;  // reported below as missing, with its shape
-    return absl::InvalidArgumentError(absl::StrCat(kIndexFile, " maps tensor '", name, "' to '", file,
+    return absl::InvalidArgumentError(absl::StrCat(kIndexFile, " maps tensor '", Echo(name), "' to '", Echo(file),
                                                    "', which does not hold it"));
   }
   for (const auto& [name, up] : expected) {
@@ -182,7 +189,7 @@ absl::Status LoadHfWeights(const std::string& model_dir, const ModelLayout& layo
   }
   std::map<std::string, Found> found;
   absl::Status s = MatchTensors(*w, files, layout, found);
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("loading '", model_dir, "': ", s.message()));
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("loading '", EchoPath(model_dir), "': ", s.message()));
   for (const auto& [name, f] : found) {
     if (absl::Status st = CheckStop(stop, absl::StrCat("loading '", model_dir, "'")); !st.ok()) return st;
     const ParamSpec& spec = layout.units[f.unit].params[f.param];
@@ -221,10 +228,15 @@ absl::StatusOr<std::vector<Shard>> PlanShards(const ModelLayout& layout,
   return shards;
 }
 
-absl::Status RemoveIfExists(const std::string& path) {
-  std::error_code ec;
-  fs::remove(path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot remove stale '", path, "': ", ec.message()));
+// Removes file `name` of folder `dir` if it is there, through a descriptor of the folder
+// checked against the write roots.
+absl::Status RemoveIfExists(const std::string& dir, const char* name) {
+  absl::StatusOr<UniqueFd> d = OpenDirForWrite(dir);
+  if (!d.ok()) return d.status();
+  if (::unlinkat(d->get(), name, 0) != 0 && errno != ENOENT) {
+    return absl::InternalError(absl::StrCat("cannot remove stale '", EchoPath(dir), "/", name,
+                                            "': ", std::strerror(errno)));
+  }
   return absl::OkStatus();
 }
 
@@ -232,7 +244,7 @@ absl::Status WriteShards(const std::string& dir, const std::vector<Shard>& shard
   const std::map<std::string, std::string> meta = {{"format", "pt"}};  // transformers requires it
   if (shards.size() == 1) {
     absl::Status s = WriteSafetensors(dir + "/" + kSingleFile, shards[0].tensors, meta);
-    return s.ok() ? RemoveIfExists(dir + "/" + kIndexFile) : s;
+    return s.ok() ? RemoveIfExists(dir, kIndexFile) : s;
   }
   json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", json::object()}};
   uint64_t total = 0;
@@ -245,7 +257,7 @@ absl::Status WriteShards(const std::string& dir, const std::vector<Shard>& shard
   }
   index["metadata"]["total_size"] = total;
   absl::Status s = WriteFileAtomically(dir + "/" + kIndexFile, index.dump(2) + "\n");
-  return s.ok() ? RemoveIfExists(dir + "/" + kSingleFile) : s;
+  return s.ok() ? RemoveIfExists(dir, kSingleFile) : s;
 }
 
 }  // namespace
@@ -254,15 +266,15 @@ absl::Status SaveHfModel(const std::string& dir, const ModelConfig& config, cons
                          const std::function<const float*(int unit, int param)>& src,
                          const std::string& dtype, int64_t max_shard_bytes) {
   if (dtype != "F32" && dtype != "BF16") {
-    return absl::InvalidArgumentError(absl::StrCat("export dtype '", dtype, "' is not F32 or BF16"));
+    return absl::InvalidArgumentError(absl::StrCat("export dtype '", Echo(dtype), "' is not F32 or BF16"));
   }
   if (max_shard_bytes <= 0) return absl::InvalidArgumentError("max_shard_bytes must be positive");
   if (BuildLayout(config).total_numel != layout.total_numel) {
     return absl::InvalidArgumentError("SaveHfModel: the layout does not match the config");
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create folder '", dir, "': ", ec.message()));
+  // Created below a folder inside the write roots, never through a symlink; every file
+  // is then written through a checked descriptor of the folder (AtomicFile).
+  if (absl::StatusOr<UniqueFd> d = CreateDirForWrite(dir); !d.ok()) return d.status();
   const SafetensorsDtype st = dtype == "F32" ? SafetensorsDtype::kF32 : SafetensorsDtype::kBF16;
   absl::StatusOr<std::vector<Shard>> shards = PlanShards(layout, src, st, static_cast<uint64_t>(max_shard_bytes));
   if (!shards.ok()) return shards.status();

@@ -14,7 +14,7 @@
 
 namespace slidedp {
 
-class StopToken;  // runtime/engine/stop_token.h
+class StopToken;  // runtime/io/stop_token.h
 
 // Reads MODEL_DIR/model.safetensors.index.json and the shards it names, or else
 // MODEL_DIR/model.safetensors, and converts every parameter of `layout` to fp32 into

@@ -4,15 +4,16 @@
 // in ways the engine does not implement (another activation, sliding-window attention,
 // another RoPE scaling) are refused. Plain functions; no threads.
 #include "runtime/model/model_config.h"
-#include "runtime/model/json_nesting.h"
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/io/file_access.h"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 #include "runtime/model/param_layout.h"
 
 namespace slidedp {
@@ -28,12 +29,10 @@ constexpr int64_t kMaxParams = int64_t{1} << 46;
 constexpr size_t kMaxConfigBytes = 16 << 20;
 constexpr int kMaxConfigNesting = 64;
 
-// Debian's abseil has its own string_view; StrCat takes that one.
-absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 class Reader {
  public:
-  Reader(const json& j, absl::string_view source) : j_(j), source_(source) {}
+  Reader(const json& j, absl::string_view source) : j_(j), source_(EchoPath(std::string_view(source.data(), source.size()))) {}
 
   absl::Status Error(absl::string_view field, absl::string_view msg) const {
     return absl::InvalidArgumentError(absl::StrCat(source_, ": field '", field, "': ", msg));
@@ -109,7 +108,7 @@ class Reader {
 
  private:
   const json& j_;
-  absl::string_view source_;
+  std::string source_;  // as echoed in messages
 };
 
 absl::StatusOr<ModelFamily> ParseFamily(const Reader& r) {
@@ -120,7 +119,7 @@ absl::StatusOr<ModelFamily> ParseFamily(const Reader& r) {
   if (s == "llama") return ModelFamily::kLlama;
   if (s == "qwen2") return ModelFamily::kQwen2;
   if (s == "qwen3") return ModelFamily::kQwen3;
-  return r.Error("model_type", absl::StrCat("unsupported model type '", s, "' (llama, qwen2, qwen3)"));
+  return r.Error("model_type", absl::StrCat("unsupported model type '", Echo(s), "' (llama, qwen2, qwen3)"));
 }
 
 // rope_scaling (legacy) wins over rope_parameters (transformers 5), as in transformers.
@@ -147,7 +146,7 @@ absl::Status ParseRope(const Reader& r, ModelConfig& c) {
   const std::string& t = type->get_ref<const std::string&>();
   if (t == "default") return absl::OkStatus();
   if (t != "llama3") {
-    return r.Error(field + "." + type_key, absl::StrCat("unsupported RoPE type '", t, "' (default, llama3)"));
+    return r.Error(field + "." + type_key, absl::StrCat("unsupported RoPE type '", Echo(t), "' (default, llama3)"));
   }
   RopeScaling& s = c.rope_scaling;
   s.type = "llama3";
@@ -224,7 +223,7 @@ absl::Status ParseFlags(const Reader& r, ModelConfig& c) {
   if (*sliding) return r.Error("use_sliding_window", "sliding-window attention is not supported");
   const json* act = r.Get(r.root(), "hidden_act");
   if (act != nullptr && (!act->is_string() || act->get_ref<const std::string&>() != "silu")) {
-    return r.Error("hidden_act", absl::StrCat("only \"silu\" is supported, got ", act->dump()));
+    return r.Error("hidden_act", absl::StrCat("only \"silu\" is supported, got ", Echo(act->dump(-1, ' ', false, json::error_handler_t::replace))));
   }
   c.tie_word_embeddings = *tie;
   switch (c.family) {
@@ -295,16 +294,17 @@ std::string_view FamilyName(ModelFamily family) {
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfigJson(std::string_view text, std::string_view source_name) {
-  const absl::string_view source = AV(source_name);
+  const std::string source = EchoPath(source_name);
   // Refuse absurd nesting before the JSON library sees it (its destructor recurses).
-  if (JsonNestingDepth(text) > kMaxConfigNesting) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": JSON nested deeper than ", kMaxConfigNesting));
+  if (const int line = JsonNestingExceeded(text, kMaxConfigNesting); line != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", line, ": JSON nested deeper than ", kMaxConfigNesting));
   }
   json j;
   try {
     j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", Echo(e.what(), 400)));
   }
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": JSON is not an object"));
@@ -325,18 +325,10 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(std::string_view text, std::str
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxConfigBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("'", path, "' is larger than ", kMaxConfigBytes, " bytes"));
-    }
-  }
-  if (in.bad()) return absl::InternalError(absl::StrCat("cannot read '", path, "'"));
-  return ParseModelConfigJson(text, path);
+  // Never blocks, regular files only, inside the read roots (runtime/io/file_access.h).
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxConfigBytes);
+  if (!text.ok()) return text.status();
+  return ParseModelConfigJson(*text, path);
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {
@@ -452,7 +444,7 @@ absl::StatusOr<ModelConfig> PresetConfig(std::string_view name) {
   }
   std::string names;
   for (const Preset& p : kPresets) absl::StrAppend(&names, names.empty() ? "" : ", ", p.name);
-  return absl::NotFoundError(absl::StrCat("unknown model preset '", AV(name), "' (", names, ")"));
+  return absl::NotFoundError(absl::StrCat("unknown model preset '", Echo(name), "' (", names, ")"));
 }
 
 std::vector<std::string> PresetNames() {

@@ -2,7 +2,6 @@
 // header up front; after that every access is within ranges already checked.
 #include "runtime/model/safetensors.h"
 #include "runtime/model/atomic_file.h"
-#include "runtime/model/json_nesting.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -21,6 +20,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/io/file_access.h"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 
@@ -67,12 +69,14 @@ uint64_t LoadLe64(const uint8_t* p) {
 constexpr int kMaxHeaderNesting = 32;
 
 absl::Status Bad(absl::string_view file, absl::string_view msg) {
-  return absl::InvalidArgumentError(absl::StrCat("safetensors file '", file, "': ", msg));
+  return absl::InvalidArgumentError(
+      absl::StrCat("safetensors file '", EchoPath(std::string_view(file.data(), file.size())), "': ", msg));
 }
 
 absl::Status BadTensor(absl::string_view file, absl::string_view tensor, absl::string_view msg) {
   return absl::InvalidArgumentError(
-      absl::StrCat("safetensors file '", file, "': tensor '", tensor, "': ", msg));
+      absl::StrCat("safetensors file '", EchoPath(std::string_view(file.data(), file.size())),
+                   "': tensor '", Echo(std::string_view(tensor.data(), tensor.size())), "': ", msg));
 }
 
 // True, with *out set, when `v` is a non-negative integer that fits int64.
@@ -94,9 +98,7 @@ bool NonNegativeInt(const json& v, int64_t* out) {
 
 // A JSON value for an error message, cut short.
 std::string Clip(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
+  return Echo(v.dump(-1, ' ', false, json::error_handler_t::replace), 80);
 }
 
 absl::Status ParseShape(absl::string_view file, const json& v, SafetensorsTensorInfo& t) {
@@ -187,7 +189,7 @@ absl::Status CheckNoOverlap(absl::string_view file, const std::vector<Safetensor
 
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
   const int e = errno;
-  std::string msg = absl::StrCat(what, " '", path, "': ", std::strerror(e));
+  std::string msg = absl::StrCat(what, " '", EchoPath(path), "': ", std::strerror(e));
   if (e == ENOENT) return absl::NotFoundError(msg);
   return absl::InternalError(msg);
 }
@@ -271,32 +273,25 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromBuffer(std::string name, st
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("cannot open safetensors file", path);
+  // Never blocks, regular files only, inside the read roots (runtime/io/file_access.h).
+  absl::StatusOr<UniqueFd> opened = OpenRegularFile(path);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("safetensors file: ", opened.status().message()));
+  }
+  const int fd = opened->get();
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    absl::Status s = ErrnoStatus("cannot stat", path);
-    ::close(fd);
-    return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Bad(path, "not a regular file");
-  }
+  if (fstat(fd, &st) != 0) return ErrnoStatus("cannot stat", path);
   auto storage = std::make_unique<Storage>();
   storage->size = static_cast<uint64_t>(st.st_size);
   if (storage->size >= 8) {  // shorter files are rejected by ParseHeader; mmap(0) is invalid
     void* map = mmap(nullptr, storage->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      absl::Status s = ErrnoStatus("cannot mmap", path);
-      ::close(fd);
-      return s;
-    }
+    if (map == MAP_FAILED) return ErrnoStatus("cannot mmap", path);
     storage->map = map;
     storage->map_len = storage->size;
     storage->data = static_cast<const uint8_t*>(map);
   }
-  ::close(fd);  // the mapping stays valid
+  // The descriptor is closed on return; the mapping stays valid.
   SafetensorsFile file(path, std::move(storage));
   absl::Status s = file.ParseHeader();
   if (!s.ok()) return s;
@@ -331,7 +326,7 @@ absl::Status SafetensorsFile::ParseHeader() {
     if (key == "__metadata__") {
       if (!value.is_object()) return Bad(name_, "__metadata__ is not a JSON object");
       for (const auto& [mk, mv] : value.items()) {
-        if (!mv.is_string()) return Bad(name_, absl::StrCat("__metadata__ value of '", mk, "' is not a string"));
+        if (!mv.is_string()) return Bad(name_, absl::StrCat("__metadata__ value of '", Echo(mk), "' is not a string"));
         metadata_[mk] = mv.get<std::string>();
       }
       continue;

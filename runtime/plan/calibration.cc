@@ -18,7 +18,7 @@
 #include "runtime/engine/clock.h"
 #include "runtime/engine/communicator.h"
 #include "runtime/engine/nccl_communicator.h"
-#include "runtime/engine/stop_token.h"
+#include "runtime/io/stop_token.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/transformer.h"
 #include "runtime/state/adamw.h"

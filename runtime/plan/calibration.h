@@ -25,7 +25,7 @@
 
 namespace slidedp {
 
-class StopToken;  // runtime/engine/stop_token.h
+class StopToken;  // runtime/io/stop_token.h
 
 // The job's shape for the model, from its config (the batch and the device).
 JobShape JobShapeOf(const TrainConfig& config);

@@ -21,7 +21,7 @@
 
 namespace slidedp {
 
-class StopToken;  // runtime/engine/stop_token.h
+class StopToken;  // runtime/io/stop_token.h
 
 class PlanManager {
  public:

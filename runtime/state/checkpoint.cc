@@ -17,6 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/io/file_access.h"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
@@ -110,14 +113,6 @@ absl::Status ReadAll(int fd, const std::string& path, void* data, size_t n, Chec
   return absl::OkStatus();
 }
 
-absl::Status FsyncDir(const std::string& dir) {
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0 || ::fsync(d.fd) != 0) {
-    return absl::InternalError(absl::StrCat("fsync of directory ", dir, ": ", Errno(errno)));
-  }
-  return absl::OkStatus();
-}
-
 // The step of a checkpoint file name, or -1 if `name` is not one.
 int64_t StepOfName(const std::string& name) {
   if (!absl::StartsWith(name, kPrefix) || !absl::EndsWith(name, kSuffix)) return -1;
@@ -168,6 +163,11 @@ absl::Status Get(const json& h, const char* key, const std::string& path, T* out
 }
 
 absl::StatusOr<Header> ParseHeader(const std::string& path, const std::string& text) {
+  // Deep nesting would exhaust the stack in the JSON library's recursive parts.
+  if (JsonNestingExceeded(text, kMaxJsonNesting) != 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", EchoPath(path), ": the header is JSON nested deeper than ",
+                                            kMaxJsonNesting, " levels"));
+  }
   json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded() || !h.is_object()) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": the header is not a JSON object"));
@@ -197,7 +197,7 @@ absl::StatusOr<Header> ParseHeader(const std::string& path, const std::string& t
     if (absl::Status s = Get(u, "name", path, &name); !s.ok()) return s;
     if (absl::Status s = Get(u, "numel", path, &numel); !s.ok()) return s;
     if (numel < 0 || numel > (int64_t{1} << 40)) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": unit ", name, " has numel ", numel));
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": unit ", Echo(name), " has numel ", numel));
     }
     out.units.emplace_back(std::move(name), numel);
   }
@@ -249,6 +249,16 @@ void PruneRun(const std::string& dir, const std::string& run_id, const std::stri
   }
 }
 
+// Opens checkpoint `path` for reading: never blocks, regular files only, inside the read
+// roots (runtime/io/file_access.h).
+absl::StatusOr<UniqueFd> OpenCheckpoint(const std::string& path) {
+  absl::StatusOr<UniqueFd> fd = OpenRegularFile(path);
+  if (!fd.ok()) {
+    return absl::Status(fd.status().code(), absl::StrCat("opening checkpoint: ", fd.status().message()));
+  }
+  return fd;
+}
+
 }  // namespace
 
 std::string CheckpointPath(const std::string& dir, int64_t step) {
@@ -292,13 +302,25 @@ absl::StatusOr<std::string> NewestReadableCheckpoint(const std::string& dir, Che
 absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const CheckpointMeta& meta,
                                             const std::vector<CheckpointUnit>& units, int keep) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("creating checkpoint directory ", dir, ": ", ec.message()));
+  // The folder is created below one inside the write roots, never through a symlink, and
+  // the file is created and renamed through its checked descriptor, so a folder swapped
+  // for a symlink after the daemon's path check cannot redirect the write.
+  absl::StatusOr<UniqueFd> dir_fd = CreateDirForWrite(dir);
+  if (!dir_fd.ok()) {
+    return absl::Status(dir_fd.status().code(),
+                        absl::StrCat("creating checkpoint directory: ", dir_fd.status().message()));
+  }
   const std::string path = CheckpointPath(dir, meta.step);
   const std::string tmp = path + ".tmp";
+  const std::string name = fs::path(path).filename().string(), tmp_name = name + ".tmp";
+  bool created = false;
   absl::Status s = [&]() -> absl::Status {
-    Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-    if (f.fd < 0) return absl::InternalError(absl::StrCat("creating checkpoint ", tmp, ": ", Errno(errno)));
+    absl::StatusOr<UniqueFd> file = CreateFileAt(dir_fd->get(), tmp_name, tmp);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(), absl::StrCat("creating checkpoint: ", file.status().message()));
+    }
+    created = true;
+    Fd f{file->Release()};
     Checksum sum;
     const std::string header = HeaderJson(meta, units);
     const uint32_t version[2] = {kCheckpointVersion, 0};
@@ -321,13 +343,16 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
     const int fd = f.fd;
     f.fd = -1;
     if (::close(fd) != 0) return absl::InternalError(absl::StrCat("closing checkpoint ", tmp, ": ", Errno(errno)));
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (::renameat(dir_fd->get(), tmp_name.c_str(), dir_fd->get(), name.c_str()) != 0) {
       return absl::InternalError(absl::StrCat("renaming ", tmp, " to ", path, ": ", Errno(errno)));
     }
-    return FsyncDir(dir);
+    if (::fsync(dir_fd->get()) != 0) {
+      return absl::InternalError(absl::StrCat("fsync of directory ", dir, ": ", Errno(errno)));
+    }
+    return absl::OkStatus();
   }();
   if (!s.ok()) {
-    ::unlink(tmp.c_str());
+    if (created) ::unlinkat(dir_fd->get(), tmp_name.c_str(), 0);
     return s;
   }
   PruneRun(dir, meta.run_id, path, keep);
@@ -342,19 +367,20 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
 }
 
 absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return absl::NotFoundError(absl::StrCat("opening checkpoint ", path, ": ", Errno(errno)));
-  absl::StatusOr<Header> h = ReadHeader(f.fd, path, nullptr);
+  absl::StatusOr<UniqueFd> f = OpenCheckpoint(path);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<Header> h = ReadHeader(f->get(), path, nullptr);
   if (!h.ok()) return h.status();
   return h->meta;
 }
 
 absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
                                               const std::vector<CheckpointUnit>& units) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return absl::NotFoundError(absl::StrCat("opening checkpoint ", path, ": ", Errno(errno)));
+  absl::StatusOr<UniqueFd> opened = OpenCheckpoint(path);
+  if (!opened.ok()) return opened.status();
+  const int fd = opened->get();
   Checksum sum;
-  absl::StatusOr<Header> h = ReadHeader(f.fd, path, &sum);
+  absl::StatusOr<Header> h = ReadHeader(fd, path, &sum);
   if (!h.ok()) return h.status();
   if (h->units.size() != units.size()) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " has ", h->units.size(),
@@ -370,20 +396,20 @@ absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
     expected += 3 * static_cast<uint64_t>(units[i].numel) * sizeof(float);
   }
   struct stat st;
-  if (::fstat(f.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected) {
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " has ", st.st_size, " bytes; its header says ",
                                             expected, " (truncated or corrupt)"));
   }
   for (const CheckpointUnit& u : units) {
     const size_t n = static_cast<size_t>(u.numel) * sizeof(float);
     for (float* buf : {u.master, u.m, u.v}) {
-      if (absl::Status s = ReadAll(f.fd, path, buf, n, &sum); !s.ok()) return s;
+      if (absl::Status s = ReadAll(fd, path, buf, n, &sum); !s.ok()) return s;
     }
   }
   uint64_t checksum = 0;
   char end[8];
-  if (absl::Status s = ReadAll(f.fd, path, &checksum, 8, nullptr); !s.ok()) return s;
-  if (absl::Status s = ReadAll(f.fd, path, end, 8, nullptr); !s.ok()) return s;
+  if (absl::Status s = ReadAll(fd, path, &checksum, 8, nullptr); !s.ok()) return s;
+  if (absl::Status s = ReadAll(fd, path, end, 8, nullptr); !s.ok()) return s;
   if (checksum != sum.Final() || std::memcmp(end, kEndMagic, 8) != 0) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": checksum mismatch (corrupt file)"));
   }

@@ -19,7 +19,7 @@
 
 namespace slidedp {
 
-class StopToken;  // runtime/engine/stop_token.h
+class StopToken;  // runtime/io/stop_token.h
 
 struct UnitState {
   at::Tensor master;  // fp32 [numel]

@@ -5,6 +5,8 @@
 // tokens; --help. (Metrics and Prometheus: metrics_integration_test.cc.)
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <regex>
 #include <thread>
@@ -134,6 +136,24 @@ TEST_F(DaemonIntegrationTest, CancelStopsARunningJob) {
   CommandResult again = Cli({"cancel", id});
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_NE(again.err.find("FAILED_PRECONDITION"), std::string::npos) << again.err;
+}
+
+// Issue 18, case 4: a FIFO as the data file hung the job thread in open() for good (the
+// job RUNNING at step 0, cancel ignored, the queue stuck). Now the job fails at once,
+// saying why, and the next job runs.
+TEST_F(DaemonIntegrationTest, AFifoAsTheDataFileFailsTheJobAndTheQueueMovesOn) {
+  ASSERT_EQ(::mkfifo(dir_.Join("data/fifo.bin").c_str(), 0644), 0);
+  StartDaemon();
+  const std::string fifo_job =
+      SubmitYaml("fifo.yaml", TinyYaml(4, "data:\n  format: tokens\n  path: " + dir_.Join("data/fifo.bin") + "\n"));
+  CommandResult watch = Cli({"watch", fifo_job}, kWatchLimit);
+  EXPECT_EQ(watch.exit_code, 3) << watch.out << watch.err;
+  const nlohmann::json job = GetJson(fifo_job);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_FAILED") << job.dump();
+  EXPECT_NE(job.value("error", "").find("FIFO"), std::string::npos) << job.dump();
+  const std::string next = SubmitYaml("next.yaml", TinyYaml(2));
+  CommandResult next_watch = Cli({"watch", next}, kWatchLimit);
+  EXPECT_EQ(next_watch.exit_code, 0) << next_watch.out << next_watch.err;
 }
 
 TEST_F(DaemonIntegrationTest, RestartedDaemonFindsEveryJobAsItWas) {

@@ -90,6 +90,21 @@ TEST_F(PathPolicyTest, NoRootsMeansNoPaths) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kPermissionDenied);
 }
 
+// Issue 18: a 4 KB path is not repeated whole in the message.
+TEST_F(PathPolicyTest, LongPathsAreEchoedShort) {
+  const std::string long_name = "/" + std::string(4000, 'p');
+  for (const std::string& path : {long_name, std::string(4000, 'r'), dir_.Join("secret") + long_name,
+                                  dir_.Join("data") + long_name}) {
+    auto s = policy_->Check("data.path", path, PathKind::kData, true);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("data.path"), absl::string_view::npos) << s.status();
+    EXPECT_LT(s.status().message().size(), 1024u) << s.status().message().substr(0, 2000);
+  }
+  auto policy = PathPolicy::Create(PathRoots{{"/nonexistent" + long_name}, {}, {}});
+  ASSERT_FALSE(policy.ok());
+  EXPECT_LT(policy.status().message().size(), 1024u);
+}
+
 TEST(PathPolicyCreateTest, MissingRootIsAnErrorNamingTheFlag) {
   auto policy = PathPolicy::Create(PathRoots{{"/nonexistent/slidedp/root"}, {}, {}});
   ASSERT_FALSE(policy.ok());

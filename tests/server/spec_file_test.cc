@@ -3,6 +3,13 @@
 #include "client/spec_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+
+#include "tests/server/test_util.h"
 
 namespace slidedp::client {
 namespace {
@@ -83,6 +90,53 @@ TEST(SpecFileTest, TheShippedTinyExampleParses) {
   EXPECT_EQ(spec->model(), "tiny");
   EXPECT_EQ(spec->data().format(), "synthetic");
   EXPECT_GT(spec->steps(), 0);
+}
+
+// Issue 18: nesting that would exhaust yaml-cpp's stack, a file that never ends, long
+// names echoed in full.
+TEST(SpecFileTest, DeeplyNestedSpecsAreRefusedNamingTheLine) {
+  for (const std::string& text :
+       {"model: tiny\ndata: " + std::string(200000, '[') + std::string(200000, ']') + "\n",
+        std::string(200000, '{') + std::string(200000, '}'),
+        "model: tiny\ndata:\n" + [] { std::string b; for (int i = 0; i < 100000; ++i) b += "- "; return b; }() + "x\n"}) {
+    auto spec = ParseJobSpec(text, "job.yaml");
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(spec.status().message().find("job.yaml:"), absl::string_view::npos) << spec.status();
+    EXPECT_NE(spec.status().message().find("nested deeper than"), absl::string_view::npos) << spec.status();
+  }
+  EXPECT_FALSE(ParseJobSpec(std::string(2 << 20, '#'), "job.yaml").ok()) << "over the job file limit";
+}
+
+TEST(SpecFileTest, LongNamesAndValuesAreEchoedShort) {
+  const std::string name(4096, 'f');
+  // (YAML allows plain keys of 1024 characters at most; longer ones are explicit "? KEY".)
+  for (const std::string& text : {"? " + name + "\n: 1\n", "data:\n  ? " + name + "\n  : 1\n",
+                                  "data:\n  shuffle: " + name + "\n", "steps: " + name + "\n"}) {
+    auto spec = ParseJobSpec(text, "job.yaml");
+    ASSERT_FALSE(spec.ok());
+    EXPECT_NE(spec.status().message().find("job.yaml:"), absl::string_view::npos) << spec.status();
+    EXPECT_LT(spec.status().message().size(), 1024u) << spec.status().message().substr(0, 2000);
+  }
+  auto spec = ParseJobSpec("x: 1\n", "/" + name + "/job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_LT(spec.status().message().size(), 1024u);
+}
+
+TEST(SpecFileTest, AFifoOrADirectoryIsRefusedNotWaitedOn) {
+  slidedp::server::testing::TempDir dir;
+  const std::string fifo = dir.Join("job.yaml");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::future<absl::Status> result =
+      std::async(std::launch::async, [&] { return LoadJobSpec(fifo).status(); });
+  if (result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "LoadJobSpec blocked on a FIFO";
+    slidedp::server::testing::WriteFile(fifo, "");  // a writer releases it
+  }
+  absl::Status s = result.get();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("FIFO"), absl::string_view::npos) << s;
+  EXPECT_EQ(LoadJobSpec(dir.Join("")).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

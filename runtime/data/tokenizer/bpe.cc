@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "runtime/data/tokenizer/pretokenizer.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
@@ -29,7 +30,7 @@ bool ByteLevelToBytes(absl::string_view text, std::string* out) {
 absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
   if (model.value("type", "BPE") != "BPE") {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "model.type \"%s\" is not supported (BPE)", model.value("type", "")));
+        "model.type \"%s\" is not supported (BPE)", Echo(model.value("type", ""))));
   }
   if (!model.value("dropout", json()).is_null() && model.at("dropout").get<double>() != 0) {
     return absl::InvalidArgumentError("model.dropout is not supported");
@@ -49,12 +50,12 @@ absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const int64_t id = it.value().get<int64_t>();
     if (id < 0 || id >= (int64_t{1} << 31)) {
-      return absl::InvalidArgumentError(absl::StrFormat("model.vocab[\"%s\"]: id %d", it.key(), id));
+      return absl::InvalidArgumentError(absl::StrFormat("model.vocab[\"%s\"]: id %d", Echo(it.key()), id));
     }
     if (!ByteLevelToBytes(it.key(), &bytes)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "model.vocab[\"%s\"] is not byte-level text (only byte-level BPE is supported)",
-          it.key()));
+          Echo(it.key())));
     }
     if (id >= bpe.size()) bpe.id_to_bytes_.resize(id + 1);
     bpe.id_to_bytes_[id] = bytes;
@@ -71,7 +72,7 @@ absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
       const size_t space = s.find(' ', 1);
       if (space == std::string::npos) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("model.merges[%d] \"%s\" is not \"a b\"", rank, s));
+            absl::StrFormat("model.merges[%d] \"%s\" is not \"a b\"", rank, Echo(s)));
       }
       a = s.substr(0, space);
       b = s.substr(space + 1);
@@ -89,8 +90,8 @@ absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
     const int32_t ia = bpe.TokenId(left), ib = bpe.TokenId(right), im = bpe.TokenId(left + right);
     if (ia < 0 || ib < 0 || im < 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "model.merges[%d] (%s %s): a part or the merged token is not in model.vocab", rank, a,
-          b));
+          "model.merges[%d] (%s %s): a part or the merged token is not in model.vocab", rank,
+          Echo(a), Echo(b)));
     }
     // A repeated pair keeps its last rank, as the Hugging Face loader (a map collect) does.
     bpe.merges_[PairKey(ia, ib)] = Merge{static_cast<int32_t>(rank), im};

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "re2/re2.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
@@ -140,14 +141,14 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(absl::strin
   s->re_ = std::make_unique<re2::RE2>(t->re2, options);
   if (!s->re_->ok()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "pre-tokenizer pattern \"%s\": RE2 rejects its translation: %s", onig_pattern,
-        s->re_->error()));
+        "pre-tokenizer pattern \"%s\": RE2 rejects its translation: %s", Echo(std::string_view(onig_pattern.data(), onig_pattern.size())),
+        Echo(s->re_->error())));
   }
   if (t->whitespace_lookahead) {
     s->lookahead_group_ = s->re_->NamedCapturingGroups().at(kLookaheadGroup);
     if (s->lookahead_group_ >= 16) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "pre-tokenizer pattern \"%s\": more than 15 capture groups", onig_pattern));
+          "pre-tokenizer pattern \"%s\": more than 15 capture groups", Echo(std::string_view(onig_pattern.data(), onig_pattern.size()))));
     }
   }
   s->remove_matches_ = remove_matches;
@@ -236,7 +237,7 @@ absl::Status PreTokenizer::Add(const json& step) {
     const std::string behavior = step.value("behavior", "Isolated");
     if (behavior != "Isolated" && behavior != "Removed") {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "pre_tokenizer Split: behavior \"%s\" is not supported (Isolated, Removed)", behavior));
+          "pre_tokenizer Split: behavior \"%s\" is not supported (Isolated, Removed)", Echo(behavior)));
     }
     if (step.value("invert", false)) {
       return absl::InvalidArgumentError("pre_tokenizer Split: invert is not supported");
@@ -260,7 +261,7 @@ absl::Status PreTokenizer::Add(const json& step) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrFormat(
-      "pre_tokenizer type \"%s\" is not supported (Sequence, Split, ByteLevel)", type));
+      "pre_tokenizer type \"%s\" is not supported (Sequence, Split, ByteLevel)", Echo(type)));
 }
 
 void PreTokenizer::Split(absl::string_view text, std::vector<absl::string_view>* out,

@@ -5,18 +5,22 @@
 
 #include <cstdlib>
 #include <deque>
-#include <fstream>
-#include <sstream>
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "runtime/io/file_access.h"
+#include "runtime/io/json_nesting.h"
+#include "runtime/io/user_text.h"
 
 namespace slidedp {
 namespace {
 
 using nlohmann::json;
+
+// tokenizer.json of the largest vocabularies is some 20 MB.
+constexpr size_t kMaxTokenizerBytes = size_t{256} << 20;
 
 bool IsWhiteSpace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
@@ -56,7 +60,7 @@ uint64_t Fnv1a(absl::string_view s) {
 }
 
 absl::Status Invalid(const std::string& source, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+  return absl::InvalidArgumentError(absl::StrCat(EchoPath(source), ": ", what));
 }
 
 // NFC, or nothing: the normalizers Qwen2 and Llama 3 use.
@@ -74,7 +78,7 @@ absl::StatusOr<bool> ParseNormalizer(const json& n) {
     return nfc;
   }
   return absl::InvalidArgumentError(
-      absl::StrFormat("normalizer type \"%s\" is not supported (null, NFC)", type));
+      absl::StrFormat("normalizer type \"%s\" is not supported (null, NFC)", Echo(type)));
 }
 
 }  // namespace
@@ -85,11 +89,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
   std::string file = path;
   struct stat st;
   if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) file = path + "/tokenizer.json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot open the tokenizer"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return FromJson(text.str(), file);
+  // Never blocks, regular files only, inside the read roots (runtime/io/file_access.h).
+  absl::StatusOr<std::string> text = ReadRegularFile(file, kMaxTokenizerBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("cannot read the tokenizer: ", text.status().message()));
+  }
+  return FromJson(*text, file);
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view json_text,
@@ -103,11 +109,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view
 }
 
 absl::Status Tokenizer::Parse(absl::string_view json_text) {
+  // Deep nesting would exhaust the stack (the normalizer walk below recurses, and so
+  // do parts of the JSON library).
+  if (const int line = JsonNestingExceeded(std::string_view(json_text.data(), json_text.size()), kMaxJsonNesting); line != 0) {
+    return Invalid(source_, absl::StrCat("line ", line, ": JSON nested deeper than ",
+                                         kMaxJsonNesting, " levels"));
+  }
   json j;
   try {
     j = json::parse(json_text.begin(), json_text.end());
   } catch (const json::exception& e) {
-    return Invalid(source_, absl::StrCat("not valid JSON (", e.what(), ")"));
+    return Invalid(source_, absl::StrCat("not valid JSON (", Echo(e.what(), 400), ")"));
   }
   try {
     absl::StatusOr<bool> nfc = ParseNormalizer(j.value("normalizer", json()));
@@ -169,11 +181,11 @@ absl::Status Tokenizer::Parse(absl::string_view json_text) {
       } else if (type != "ByteLevel") {
         return Invalid(source_, absl::StrFormat(
             "post_processor type \"%s\" is not supported (TemplateProcessing, ByteLevel, Sequence)",
-            type));
+            Echo(type)));
       }
     }
   } catch (const json::exception& e) {
-    return Invalid(source_, absl::StrCat("unexpected structure (", e.what(), ")"));
+    return Invalid(source_, absl::StrCat("unexpected structure (", Echo(e.what(), 400), ")"));
   }
   return absl::OkStatus();
 }
