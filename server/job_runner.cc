@@ -151,7 +151,18 @@ void JobManager::RunJob(const std::string& id) {
     return;
   }
   if (restored) {
-    const std::string from = ResumeNote((*trainer)->resumed());
+    std::string from = ResumeNote((*trainer)->resumed());
+    if ((*trainer)->resumed().path.empty()) {
+      // Checkpoints directly in the spec's checkpoint_dir have no owner we can trust
+      // (a daemon before per-job folders wrote them there, or another job did): say so
+      // rather than start over silently.
+      absl::StatusOr<std::vector<std::string>> loose = ListCheckpoints(spec.checkpoint_dir());
+      if (loose.ok() && !loose->empty()) {
+        from = absl::StrCat(from, "; the ", loose->size(), " checkpoints directly in ", spec.checkpoint_dir(),
+                            " are not taken: a job's checkpoints are kept in ", config->checkpoint_dir,
+                            " (resume one with slidedp-train's resume_from if it is this job's)");
+      }
+    }
     absl::MutexLock lock(&mu_);
     Entry& e = *Find(id);
     e.job.set_step((*trainer)->completed_steps());

@@ -231,8 +231,12 @@ absl::StatusOr<Header> ReadHeader(int fd, const std::string& path, Checksum* sum
 // Deletes all but the `keep` newest checkpoints of run `run_id` in `dir`, never `written`
 // (the one just written, even when a newer one of the run is kept: e.g. a corrupt one a
 // resume passed over). Checkpoints of other runs and files whose header does not read
-// (owner unknown) are left alone. Best effort: a failure here loses nothing.
-void PruneRun(const std::string& dir, const std::string& run_id, const std::string& written, int keep) {
+// (owner unknown) are left alone. Files are removed by name through `dir_fd`, the folder
+// the checkpoint was just written into (checked against the roots when it was opened),
+// so a folder swapped for a symlink since cannot lead the deletions elsewhere. Best
+// effort: a failure here loses nothing.
+void PruneRun(int dir_fd, const std::string& dir, const std::string& run_id, const std::string& written,
+              int keep) {
   absl::StatusOr<std::vector<std::string>> all = ListCheckpoints(dir);
   if (!all.ok()) return;
   std::vector<std::string> own;  // oldest first, `written` included
@@ -243,9 +247,8 @@ void PruneRun(const std::string& dir, const std::string& run_id, const std::stri
     }
     own.push_back(path);
   }
-  std::error_code ec;
   for (size_t i = 0; i + std::max(keep, 1) < own.size(); ++i) {
-    if (own[i] != written) fs::remove(own[i], ec);
+    if (own[i] != written) ::unlinkat(dir_fd, fs::path(own[i]).filename().c_str(), 0);
   }
 }
 
@@ -355,12 +358,12 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
     if (created) ::unlinkat(dir_fd->get(), tmp_name.c_str(), 0);
     return s;
   }
-  PruneRun(dir, meta.run_id, path, keep);
-  // Leftovers of writes that were killed.
+  PruneRun(dir_fd->get(), dir, meta.run_id, path, keep);
+  // Leftovers of writes that were killed, removed through the checked folder too.
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (absl::EndsWith(name, ".tmp") && StepOfName(name.substr(0, name.size() - 4)) >= 0) {
-      fs::remove(it->path(), ec);
+      ::unlinkat(dir_fd->get(), name.c_str(), 0);
     }
   }
   return path;
