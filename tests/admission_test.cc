@@ -5,6 +5,8 @@
 // the tests and the README's demo run stay admitted on a small CI machine.
 #include "runtime/engine/admission.h"
 
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -79,6 +81,19 @@ TEST(Admission, AbsurdModelDimensionsAreRefusedAtCreateNamingTheNumbers) {
   EXPECT_TRUE(absl::StrContains(m, "available now")) << m;      // against what
   EXPECT_TRUE(absl::StrContains(m, "TiB")) << m;                // needed: hundreds of TiB
   EXPECT_TRUE(absl::StrContains(m, "20 bytes x 3.96e+13 parameters")) << m;
+}
+
+TEST(Admission, TheEnvironmentCanTurnTheCheckOff) {
+  TrainConfig c = Tiny();
+  c.seq_len = 1048576;
+  c.micro_batch_size = 4;
+  const ModelConfig model = PresetConfig("tiny").value();
+  EXPECT_EQ(AdmitJob(c, model, AdmitAgainst::kTotal).code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_EQ(setenv("SLIDEDP_ADMISSION", "off", 1), 0);
+  const absl::Status off = AdmitJob(c, model, AdmitAgainst::kTotal);
+  unsetenv("SLIDEDP_ADMISSION");
+  EXPECT_TRUE(off.ok()) << off;
+  EXPECT_TRUE(absl::StrContains(AdmitJob(c, model, AdmitAgainst::kTotal).message(), "SLIDEDP_ADMISSION=off"));
 }
 
 TEST(Admission, TinyWithAMillionTokenSequenceIsRefusedBeforeAllocating) {

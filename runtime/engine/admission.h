@@ -73,7 +73,9 @@ enum class AdmitAgainst {
 // available now (MemAvailable); reduce ...".
 absl::Status CheckAdmission(const HostMemoryNeed& need, const HostMemory& host, AdmitAgainst against);
 
-// EstimateHostMemory then CheckAdmission against ReadHostMemory().
+// EstimateHostMemory then CheckAdmission against ReadHostMemory(); OK without checking
+// when the environment has SLIDEDP_ADMISSION=off (hosts whose memory grows on demand,
+// such as ballooning VMs, report too little until it is used).
 absl::Status AdmitJob(const TrainConfig& config, const ModelConfig& model, AdmitAgainst against);
 
 // "12.3 GiB", "512.0 MiB", "1.5e+05 TiB": bytes for messages.

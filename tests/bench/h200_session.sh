@@ -40,7 +40,8 @@ scale() { # MODEL DMON ROUTES
     (( W > G )) && break
     routes=replicate/gather_host; (( W > 1 )) && routes=$3
     nvidia-smi dmon -s t -d 1 -o T > "$R/$2$W.log" 2>&1 & d=$!
-    "$B"/step_bench --model="$1" --workers=$W --micro_batch_size=4 --grad_accum=$((8 / W)) \
+    # The 2- and 4-GPU hosts report a small MemTotal until memory is used: no admission.
+    SLIDEDP_ADMISSION=off "$B"/step_bench --model="$1" --workers=$W --micro_batch_size=4 --grad_accum=$((8 / W)) \
       --steps=3 --prefetch=2 --routes=$routes
     kill $d
   done
