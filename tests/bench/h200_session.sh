@@ -6,7 +6,7 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 (then, by name: fusedab (issue 20's A/B of the fused kernels) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
+# long32k bench16 (then, by name: fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
@@ -108,6 +108,12 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     bench16) TAILN=8 step bench16 150 $SB --micro_batch_size=4 --grad_accum=4 ;;
     # Issue 20: the same call runs 16 x 4096 with ATen's elementwise ops (SLIDEDP_FUSED=0)
     # and with our fused kernels, each with a trace, and prints the per-block times.
+    fusedab7b) TAILN=14 step fusedab7b 330 bash -c '
+           for f in 0 1; do
+             SLIDEDP_FUSED=$f '"$B"'/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=8 --steps=3 \
+               --prefetch=2 --trace=$R/t7b_fused$f.json
+             python3 tests/bench/trace_blocks.py $R/t7b_fused$f.json --micro_batches=8 --label=7b-fused=$f
+           done' ;;
     fusedab) TAILN=14 step fusedab 300 bash -c '
            for f in 0 1; do
              SLIDEDP_FUSED=$f '"$SB"' --micro_batch_size=4 --grad_accum=4 --trace=$R/t16_fused$f.json
