@@ -4,6 +4,7 @@
 // to an uninterrupted run; non-finite steps are skipped, counted, and fail the job
 // after max_bad_steps in a row.
 #include "runtime/state/checkpoint.h"
+#include "runtime/io/stop_token.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -98,6 +99,20 @@ TEST(Checkpoint, RoundTripsEveryFieldAndBuffer) {
   EXPECT_EQ(out.master, in.master);
   EXPECT_EQ(out.m, in.m);
   EXPECT_EQ(out.v, in.v);
+}
+
+// Reading back the state observes a stop: a restore of tens of GB must not outlast a
+// cancel or a shutdown (issue 18, case 5).
+TEST(Checkpoint, ReadingStopsWhenAsked) {
+  const TempDir dir("read_stop");
+  Buffers in({100, 7}, 1.25f);
+  const std::string path = *WriteCheckpoint(dir, Meta(3), in.Units(), 3);
+  Buffers out({100, 7}, 0.0f);
+  StopToken stop;
+  ASSERT_TRUE(ReadCheckpoint(path, out.Units(), &stop).ok());
+  stop.RequestStop();
+  absl::StatusOr<CheckpointMeta> r = ReadCheckpoint(path, out.Units(), &stop);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
 }
 
 TEST(Checkpoint, KeepsTheNewestKAndFindsTheLatest) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -24,6 +25,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/document_encoder.h"
 #include "runtime/data/text_records.h"
+#include "runtime/data/token_cache.h"
 #include "runtime/data/tokenizer/tokenizer.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/model/hf_checkpoint.h"
@@ -325,6 +327,47 @@ TEST(Stop, CalibrationAndModelLoadingStop) {
   std::const_pointer_cast<StopToken>(inputs.stop)->RequestStop();
   absl::StatusOr<std::unique_ptr<Trainer>> stopped = Trainer::Create(from_dir, std::move(inputs));
   EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled) << stopped.status();
+}
+
+}  // namespace
+}  // namespace slidedp
+
+namespace slidedp {
+namespace {
+
+// The text cache's key hashes the whole data file (GBs at a few GB/s): the hash checks
+// the stop every 64 MiB, and gives the value of one pass so that existing caches stay
+// valid.
+TEST(Stop, HashingTheDataFileStopsAndKeepsItsValue) {
+  std::string bytes((size_t{64} << 20) * 2 + 13, '\0');
+  for (size_t i = 0; i < bytes.size(); i += 4093) bytes[i] = static_cast<char>(i * 31);
+  for (size_t n : {size_t{0}, size_t{7}, size_t{8}, size_t{64} << 20, bytes.size()}) {
+    const absl::string_view part(bytes.data(), n);
+    absl::StatusOr<uint64_t> sliced = HashBytes(part, 5, nullptr);
+    ASSERT_TRUE(sliced.ok());
+    // The one-pass reference: the fold of HashBytes written out for the test.
+    constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+    uint64_t h = 5 ^ (n * kMul);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, part.data() + i, 8);
+      h = (h ^ w) * kMul;
+      h ^= h >> 29;
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, part.data() + i, n - i);
+    h = (h ^ tail ^ (uint64_t{n - i} << 56)) * kMul;
+    h ^= h >> 32;
+    h *= 0xD6E8FEB86659FD93ull;
+    EXPECT_EQ(*sliced, h ^ (h >> 32)) << n;
+    EXPECT_EQ(HashBytes(part, 5), *sliced) << n;
+  }
+  StopToken stop;
+  stop.RequestStop();
+  EXPECT_EQ(HashBytes(bytes, 0, &stop).status().code(), absl::StatusCode::kCancelled);
+  absl::StatusOr<std::string> key = TokenCacheKey("/data/x.jsonl", bytes, 1, 2, "s", &stop);
+  EXPECT_EQ(key.status().code(), absl::StatusCode::kCancelled);
 }
 
 }  // namespace

@@ -39,28 +39,32 @@ absl::StatusOr<int64_t> ModificationTimeNs(const std::string& path) {
 
 // A valid cache among `dirs`, or null (stale or corrupt ones are reported and left
 // for the rebuild to replace).
-std::unique_ptr<CachedTokenSource> FindCache(const std::vector<std::string>& dirs,
-                                             const std::string& name, const std::string& key) {
+// CANCELLED when `stop` asks to stop while a cache is verified.
+absl::StatusOr<std::unique_ptr<CachedTokenSource>> FindCache(const std::vector<std::string>& dirs,
+                                                             const std::string& name, const std::string& key,
+                                                             const StopToken* stop) {
   for (const std::string& dir : dirs) {
-    absl::StatusOr<std::unique_ptr<CachedTokenSource>> cache = OpenTokenCache(dir + "/" + name, key);
+    absl::StatusOr<std::unique_ptr<CachedTokenSource>> cache = OpenTokenCache(dir + "/" + name, key, stop);
     if (cache.ok()) return *std::move(cache);
+    if (absl::IsCancelled(cache.status())) return cache.status();
     if (!absl::IsNotFound(cache.status())) {
       std::fprintf(stderr, "%s; tokenizing again\n", std::string(cache.status().message()).c_str());
     }
   }
-  return nullptr;
+  return std::unique_ptr<CachedTokenSource>();
 }
 
 // Writes `corpus` into the first folder of `dirs` that takes it and maps it back.
 absl::StatusOr<Opened> StoreCorpus(TokenizedCorpus corpus, const std::vector<std::string>& dirs,
                                    const std::string& name, const std::string& key,
-                                   bool explicit_dir) {
+                                   bool explicit_dir, const StopToken* stop) {
   std::string failures;
   for (const std::string& dir : dirs) {
     const std::string path = dir + "/" + name;
-    absl::Status s = WriteTokenCache(path, key, corpus);
+    absl::Status s = WriteTokenCache(path, key, corpus, stop);
     absl::StatusOr<std::unique_ptr<CachedTokenSource>> cache =
-        s.ok() ? OpenTokenCache(path, key) : absl::StatusOr<std::unique_ptr<CachedTokenSource>>(s);
+        s.ok() ? OpenTokenCache(path, key, stop) : absl::StatusOr<std::unique_ptr<CachedTokenSource>>(s);
+    if (absl::IsCancelled(cache.status())) return cache.status();
     if (cache.ok()) {
       return Opened{*std::move(cache), {}, static_cast<int64_t>(corpus.ids.size()),
                     corpus.documents, corpus.bad_lines, corpus.max_id, "cache written " + path};
@@ -86,13 +90,17 @@ absl::StatusOr<Opened> LoadTokens(const DataConfig& data, const std::string& pat
   absl::StatusOr<int64_t> mtime = ModificationTimeNs(path);
   if (!mtime.ok()) return mtime.status();
   const absl::string_view text(reinterpret_cast<const char*>((*file)->data()), (*file)->size());
-  const std::string key = TokenCacheKey(path, text, *mtime, encoder.tokenizer().fingerprint(),
-                                        encoder.Settings());
+  absl::StatusOr<std::string> keyed = TokenCacheKey(path, text, *mtime, encoder.tokenizer().fingerprint(),
+                                                    encoder.Settings(), options.stop);
+  if (!keyed.ok()) return keyed.status();
+  const std::string& key = *keyed;
   // Hashing a large file takes a while: a stop asked meanwhile is seen here.
   if (absl::Status st = CheckStop(options.stop, absl::StrCat("reading ", path)); !st.ok()) return st;
   const std::vector<std::string> dirs = TokenCacheDirs(data.cache_dir, path);
   const std::string name = TokenCacheFileName(path, key);
-  std::unique_ptr<CachedTokenSource> cache = FindCache(dirs, name, key);
+  absl::StatusOr<std::unique_ptr<CachedTokenSource>> found = FindCache(dirs, name, key, options.stop);
+  if (!found.ok()) return found.status();
+  std::unique_ptr<CachedTokenSource> cache = *std::move(found);
   // A cache that skipped bad lines is no answer for a job that must fail on them.
   if (cache != nullptr && (cache->bad_lines() == 0 || data.skip_bad_lines)) {
     const int64_t tokens = cache->size(), documents = cache->documents();
@@ -110,7 +118,7 @@ absl::StatusOr<Opened> LoadTokens(const DataConfig& data, const std::string& pat
     std::fprintf(stderr, "skipped %lld bad lines; the first: %s\n",
                  static_cast<long long>(corpus->bad_lines), corpus->first_bad_line.c_str());
   }
-  return StoreCorpus(*std::move(corpus), dirs, name, key, !data.cache_dir.empty());
+  return StoreCorpus(*std::move(corpus), dirs, name, key, !data.cache_dir.empty(), options.stop);
 }
 
 }  // namespace

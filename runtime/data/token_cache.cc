@@ -1,5 +1,6 @@
 // Token cache: see token_cache.h.
 #include "runtime/data/token_cache.h"
+#include "runtime/io/stop_token.h"
 
 #include <unistd.h>
 
@@ -42,10 +43,17 @@ int64_t FileBytes(int64_t key_bytes, int64_t tokens) {
 }
 
 // The header (its checksum field zero), then the padded key, the ids and the flags.
-uint64_t Checksum(Header h, absl::string_view key, absl::string_view ids, absl::string_view flags) {
+// CANCELLED when `stop` asks to stop meanwhile.
+absl::StatusOr<uint64_t> Checksum(Header h, absl::string_view key, absl::string_view ids,
+                                  absl::string_view flags, const StopToken* stop) {
   h.checksum = 0;
   uint64_t c = HashBytes(absl::string_view(reinterpret_cast<const char*>(&h), sizeof h));
-  return HashBytes(flags, HashBytes(ids, HashBytes(key, c)));
+  for (absl::string_view part : {key, ids, flags}) {
+    absl::StatusOr<uint64_t> next = HashBytes(part, c, stop);
+    if (!next.ok()) return next.status();
+    c = *next;
+  }
+  return c;
 }
 
 absl::Status Corrupt(const std::string& path, const std::string& what) {
@@ -54,16 +62,24 @@ absl::Status Corrupt(const std::string& path, const std::string& what) {
 
 }  // namespace
 
-uint64_t HashBytes(absl::string_view bytes, uint64_t seed) {
+absl::StatusOr<uint64_t> HashBytes(absl::string_view bytes, uint64_t seed, const StopToken* stop) {
   constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  // Slices of 64 MiB (a multiple of 8, so the value is that of one pass), with a stop
+  // check between them: a multi-GB file is hashed at a few GB/s.
+  constexpr size_t kSlice = size_t{64} << 20;
   uint64_t h = seed ^ (bytes.size() * kMul);
   const char* p = bytes.data();
   size_t n = bytes.size();
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    h = (h ^ w) * kMul;
-    h ^= h >> 29;
+  while (n >= 8) {
+    if (absl::Status s = CheckStop(stop, "hashing the data file"); !s.ok()) return s;
+    const char* end = p + (std::min(n, kSlice) & ~size_t{7});
+    n -= end - p;
+    for (; p < end; p += 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      h = (h ^ w) * kMul;
+      h ^= h >> 29;
+    }
   }
   uint64_t tail = 0;
   std::memcpy(&tail, p, n);
@@ -73,12 +89,16 @@ uint64_t HashBytes(absl::string_view bytes, uint64_t seed) {
   return h ^ (h >> 32);
 }
 
-std::string TokenCacheKey(const std::string& path, absl::string_view content, int64_t mtime_ns,
-                          uint64_t tokenizer_fingerprint, const std::string& settings) {
+uint64_t HashBytes(absl::string_view bytes, uint64_t seed) { return *HashBytes(bytes, seed, nullptr); }
+
+absl::StatusOr<std::string> TokenCacheKey(const std::string& path, absl::string_view content, int64_t mtime_ns,
+                                          uint64_t tokenizer_fingerprint, const std::string& settings,
+                                          const StopToken* stop) {
+  absl::StatusOr<uint64_t> hash = HashBytes(content, 0, stop);
+  if (!hash.ok()) return hash.status();
   return absl::StrFormat(
       "slidedp token cache %d\nfile=%s\nsize=%d\nmtime_ns=%d\ncontent=%016x\ntokenizer=%016x\n%s\n",
-      kTokenCacheVersion, path, content.size(), mtime_ns, HashBytes(content), tokenizer_fingerprint,
-      settings);
+      kTokenCacheVersion, path, content.size(), mtime_ns, *hash, tokenizer_fingerprint, settings);
 }
 
 std::vector<std::string> TokenCacheDirs(const std::string& cache_dir, const std::string& data_path) {
@@ -116,7 +136,8 @@ absl::Status CachedTokenSource::ReadFlags(int64_t start, absl::Span<uint8_t> out
 }
 
 absl::StatusOr<std::unique_ptr<CachedTokenSource>> OpenTokenCache(const std::string& path,
-                                                                  const std::string& key) {
+                                                                  const std::string& key,
+                                                                  const StopToken* stop) {
   absl::StatusOr<std::unique_ptr<DataFileMapping>> file = DataFileMapping::Open(path);
   if (!file.ok()) return file.status();
   const uint8_t* data = (*file)->data();
@@ -135,10 +156,10 @@ absl::StatusOr<std::unique_ptr<CachedTokenSource>> OpenTokenCache(const std::str
   const absl::string_view rest(reinterpret_cast<const char*>(data) + sizeof h, size - sizeof h);
   if (rest.substr(0, h.key_bytes) != key) return Corrupt(path, "made for another file or setting");
   const int64_t key_end = Pad8(h.key_bytes), ids_end = key_end + 4 * h.tokens;
-  if (Checksum(h, rest.substr(0, key_end), rest.substr(key_end, ids_end - key_end),
-               rest.substr(ids_end)) != h.checksum) {
-    return Corrupt(path, "checksum mismatch");
-  }
+  absl::StatusOr<uint64_t> sum = Checksum(h, rest.substr(0, key_end), rest.substr(key_end, ids_end - key_end),
+                                          rest.substr(ids_end), stop);
+  if (!sum.ok()) return sum.status();
+  if (*sum != h.checksum) return Corrupt(path, "checksum mismatch");
   auto source = std::unique_ptr<CachedTokenSource>(new CachedTokenSource());
   source->ids_ = reinterpret_cast<const int32_t*>(data + sizeof h + Pad8(h.key_bytes));
   source->flags_ = data + sizeof h + Pad8(h.key_bytes) + 4 * h.tokens;
@@ -152,7 +173,7 @@ absl::StatusOr<std::unique_ptr<CachedTokenSource>> OpenTokenCache(const std::str
 }
 
 absl::Status WriteTokenCache(const std::string& path, const std::string& key,
-                             const TokenizedCorpus& corpus) {
+                             const TokenizedCorpus& corpus, const StopToken* stop) {
   // Created below a folder inside the write roots, never through a symlink; AtomicFile
   // then writes through a checked descriptor of the folder (runtime/io/file_access.h).
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -175,14 +196,23 @@ absl::Status WriteTokenCache(const std::string& path, const std::string& key,
   padded_key.resize(Pad8(key.size()), '\0');
   const absl::string_view ids(reinterpret_cast<const char*>(corpus.ids.data()), 4 * corpus.ids.size());
   const absl::string_view flags(reinterpret_cast<const char*>(corpus.flags.data()), corpus.flags.size());
-  h.checksum = Checksum(h, padded_key, ids, flags);
+  absl::StatusOr<uint64_t> sum = Checksum(h, padded_key, ids, flags, stop);
+  if (!sum.ok()) return sum.status();
+  h.checksum = *sum;
   AtomicFile f;
   std::random_device random;
   absl::Status s = f.Open(path, absl::StrFormat("%s.tmp.%d.%08x", path, ::getpid(), random()));
   if (s.ok()) s = f.Append(&h, sizeof h);
   if (s.ok()) s = f.Append(padded_key.data(), padded_key.size());
-  if (s.ok()) s = f.Append(ids.data(), ids.size());
-  if (s.ok()) s = f.Append(flags.data(), flags.size());
+  // The ids and flags in slices of 64 MiB, with a stop check between them (an abandoned
+  // temporary file is removed by AtomicFile).
+  constexpr size_t kSlice = size_t{64} << 20;
+  for (absl::string_view part : {ids, flags}) {
+    for (size_t done = 0; s.ok() && done < part.size(); done += kSlice) {
+      s = CheckStop(stop, absl::StrCat("writing the token cache ", EchoPath(path)));
+      if (s.ok()) s = f.Append(part.data() + done, std::min(kSlice, part.size() - done));
+    }
+  }
   if (s.ok()) s = f.Commit();
   return s;
 }

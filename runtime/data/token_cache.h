@@ -28,14 +28,21 @@ namespace slidedp {
 
 inline constexpr uint32_t kTokenCacheVersion = 1;
 
+class StopToken;
+
 // A fast, stable 64-bit hash of `bytes` (not cryptographic), chained through `seed`.
 uint64_t HashBytes(absl::string_view bytes, uint64_t seed = 0);
+// The same value, checking `stop` (may be null) every 64 MiB: CANCELLED when it asks to
+// stop.
+absl::StatusOr<uint64_t> HashBytes(absl::string_view bytes, uint64_t seed, const StopToken* stop);
 
 // The key of the dataset at `path` whose bytes are `content` and whose modification
 // time is `mtime_ns`, tokenized by a tokenizer with `tokenizer_fingerprint` under
 // encoder `settings`.
-std::string TokenCacheKey(const std::string& path, absl::string_view content, int64_t mtime_ns,
-                          uint64_t tokenizer_fingerprint, const std::string& settings);
+// CANCELLED when `stop` (may be null) asks to stop while the content is hashed.
+absl::StatusOr<std::string> TokenCacheKey(const std::string& path, absl::string_view content,
+                                          int64_t mtime_ns, uint64_t tokenizer_fingerprint,
+                                          const std::string& settings, const StopToken* stop = nullptr);
 
 // The directories to look in and write to, in order (see the top comment).
 std::vector<std::string> TokenCacheDirs(const std::string& cache_dir, const std::string& data_path);
@@ -60,7 +67,8 @@ class CachedTokenSource final : public TokenSource {
 
  private:
   friend absl::StatusOr<std::unique_ptr<CachedTokenSource>> OpenTokenCache(const std::string&,
-                                                                           const std::string&);
+                                                                           const std::string&,
+                                                                           const StopToken*);
   CachedTokenSource() = default;
 
   std::unique_ptr<DataFileMapping> file_;
@@ -73,13 +81,16 @@ class CachedTokenSource final : public TokenSource {
 
 // Opens the cache at `path` for `key`. NotFound when there is no file; DataLoss naming
 // the file and the fault when it is truncated, of another version or key, or fails
-// its checksum (callers rebuild it).
+// its checksum (callers rebuild it); CANCELLED when `stop` (may be null) asks to stop
+// while the checksum is verified.
 absl::StatusOr<std::unique_ptr<CachedTokenSource>> OpenTokenCache(const std::string& path,
-                                                                  const std::string& key);
+                                                                  const std::string& key,
+                                                                  const StopToken* stop = nullptr);
 
 // Writes `corpus` under `key` to `path` atomically, creating the directory. The error
-// names the file and the cause; nothing is left behind on error.
+// names the file and the cause; nothing is left behind on error (CANCELLED when `stop`
+// asks to stop meanwhile).
 absl::Status WriteTokenCache(const std::string& path, const std::string& key,
-                             const TokenizedCorpus& corpus);
+                             const TokenizedCorpus& corpus, const StopToken* stop = nullptr);
 
 }  // namespace slidedp

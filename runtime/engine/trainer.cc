@@ -243,7 +243,7 @@ absl::Status EngineTrainer::RestoreFile(const std::string& path, bool* corrupt) 
     return absl::FailedPreconditionError(absl::StrCat("resume_from: checkpoint ", path, " is at step ",
                                                       head->step, ", past steps ", config_.steps));
   }
-  absl::StatusOr<CheckpointMeta> meta = ReadCheckpoint(path, CheckpointUnits());
+  absl::StatusOr<CheckpointMeta> meta = ReadCheckpoint(path, CheckpointUnits(), stop_.get());
   if (!meta.ok()) {
     *corrupt = absl::IsDataLoss(meta.status());
     return meta.status();

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "runtime/io/file_access.h"
+#include "runtime/io/stop_token.h"
 #include "runtime/io/json_nesting.h"
 #include "runtime/io/user_text.h"
 
@@ -378,7 +379,8 @@ absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& path) {
 }
 
 absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
-                                              const std::vector<CheckpointUnit>& units) {
+                                              const std::vector<CheckpointUnit>& units,
+                                              const StopToken* stop) {
   absl::StatusOr<UniqueFd> opened = OpenCheckpoint(path);
   if (!opened.ok()) return opened.status();
   const int fd = opened->get();
@@ -403,10 +405,17 @@ absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " has ", st.st_size, " bytes; its header says ",
                                             expected, " (truncated or corrupt)"));
   }
+  // In slices, so that a cancel or shutdown is seen within a second even when the
+  // state is tens of GB (12 bytes a parameter).
+  constexpr size_t kSlice = size_t{64} << 20;
   for (const CheckpointUnit& u : units) {
     const size_t n = static_cast<size_t>(u.numel) * sizeof(float);
     for (float* buf : {u.master, u.m, u.v}) {
-      if (absl::Status s = ReadAll(fd, path, buf, n, &sum); !s.ok()) return s;
+      char* bytes = reinterpret_cast<char*>(buf);
+      for (size_t done = 0; done < n; done += kSlice) {
+        if (absl::Status s = CheckStop(stop, absl::StrCat("reading checkpoint ", path)); !s.ok()) return s;
+        if (absl::Status s = ReadAll(fd, path, bytes + done, std::min(kSlice, n - done), &sum); !s.ok()) return s;
+      }
     }
   }
   uint64_t checksum = 0;

@@ -20,6 +20,8 @@
 
 namespace slidedp {
 
+class StopToken;
+
 inline constexpr int kCheckpointVersion = 1;
 
 struct CheckpointMeta {
@@ -76,8 +78,10 @@ absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& path);
 
 // Reads checkpoint `path` into `units`, whose names and sizes must match the file's
 // (else FAILED_PRECONDITION naming the unit). A truncated file or a wrong checksum is
-// DATA_LOSS naming the file. On error the buffers may be partly overwritten.
+// DATA_LOSS naming the file. On error the buffers may be partly overwritten. `stop`
+// (may be null) is checked every 64 MiB: CANCELLED when it asks to stop.
 absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
-                                              const std::vector<CheckpointUnit>& units);
+                                              const std::vector<CheckpointUnit>& units,
+                                              const StopToken* stop = nullptr);
 
 }  // namespace slidedp
