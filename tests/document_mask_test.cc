@@ -108,7 +108,7 @@ TEST_P(DocumentMask, PackedDocumentsEqualEachDocumentAlone) {
   const double kTolerance = cuda ? kCudaTolerance : kCpuTolerance;
   const ModelConfig c = Shape(family);
   HostState state(c, at::kFloat, 0, false);
-  state.InitRandom(5);
+  ASSERT_TRUE(state.InitRandom(5).ok());
   const ModelLayout& layout = state.layout();
   Packed p = MakePacked(c.vocab_size);
   p.ids = p.ids.to(device);

@@ -52,7 +52,7 @@ using Weights = std::map<std::string, at::Tensor>;
 // Saves a seeded random model as a Hugging Face directory; returns its weights.
 Weights MakeModelDir(const ModelConfig& c, const std::string& dir, uint64_t seed) {
   HostState state(c, at::kFloat, 0, false);
-  state.InitRandom(seed);
+  if (!state.InitRandom(seed).ok()) ADD_FAILURE() << "InitRandom";
   const ModelLayout& layout = state.layout();
   // Non-trivial norms and biases so that their gradients matter.
   for (int u = 0; u < layout.num_units(); ++u) {

@@ -32,6 +32,7 @@
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/plan/calibration.h"
+#include "runtime/state/host_state.h"
 
 namespace slidedp {
 namespace {
@@ -368,6 +369,21 @@ TEST(Stop, HashingTheDataFileStopsAndKeepsItsValue) {
   EXPECT_EQ(HashBytes(bytes, 0, &stop).status().code(), absl::StatusCode::kCancelled);
   absl::StatusOr<std::string> key = TokenCacheKey("/data/x.jsonl", bytes, 1, 2, "s", &stop);
   EXPECT_EQ(key.status().code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace slidedp
+
+namespace slidedp {
+namespace {
+
+// A preset's random weights are filled tensor by tensor; a stop is seen between them.
+TEST(Stop, RandomInitializationStops) {
+  HostState state(PresetConfig("tiny").value(), at::kFloat, 0, false);
+  StopToken stop;
+  EXPECT_TRUE(state.InitRandom(1, &stop).ok());
+  stop.RequestStop();
+  EXPECT_EQ(state.InitRandom(1, &stop).code(), absl::StatusCode::kCancelled);
 }
 
 }  // namespace

@@ -489,7 +489,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   } else if (from_dir) {
     if (absl::Status s = state->LoadHf(config.model, stop); !s.ok()) return s;
   } else {
-    state->InitRandom(config.seed);
+    if (absl::Status s = state->InitRandom(config.seed, stop); !s.ok()) return s;
   }
   const DataModel data_model{model->vocab_size, model->family, from_dir ? config.model : ""};
   if (inputs.train == nullptr) {

@@ -1,5 +1,6 @@
 // HostState: see host_state.h.
 #include "runtime/state/host_state.h"
+#include "runtime/io/stop_token.h"
 
 #include <sys/mman.h>
 
@@ -70,7 +71,7 @@ HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, in
   }
 }
 
-void HostState::InitRandom(uint64_t seed) {
+absl::Status HostState::InitRandom(uint64_t seed, const StopToken* stop) {
   // One seed per tensor, in layout order, so that the result does not depend on how
   // the tensors are spread over threads.
   struct Fill {
@@ -93,6 +94,7 @@ void HostState::InitRandom(uint64_t seed) {
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < fills.size();) {
+      if (StopRequested(stop)) return;  // a cancel or shutdown: seen between tensors
       const Fill& f = fills[i];
       if (std::isnan(f.value)) {
         FillNormal(f.dst, f.n, 0.02f, f.seed);
@@ -106,7 +108,9 @@ void HostState::InitRandom(uint64_t seed) {
   for (unsigned t = 1; t < n; ++t) threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
+  if (absl::Status s = CheckStop(stop, "initializing the weights"); !s.ok()) return s;
   RefreshAllParams();
+  return absl::OkStatus();
 }
 
 absl::Status HostState::LoadHf(const std::string& model_dir, const StopToken* stop) {

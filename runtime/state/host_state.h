@@ -50,7 +50,9 @@ class HostState {
 
   // Seeded random initialization as Hugging Face does it: weights ~ N(0, 0.02), norm
   // weights 1, biases 0. Identical for a seed on every machine (own generator).
-  void InitRandom(uint64_t seed);
+  // CANCELLED (the buffers partly filled) when `stop` asks to stop: checked between
+  // tensors.
+  absl::Status InitRandom(uint64_t seed, const StopToken* stop = nullptr);
 
   // Loads the weights of a Hugging Face model directory (shapes checked). CANCELLED
   // between tensors once `stop` (may be null) is set.

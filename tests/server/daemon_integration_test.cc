@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <regex>
@@ -267,6 +268,22 @@ TEST(DaemonFlagsTest, RefusesToListenOffLoopbackWithoutTls) {
   CommandResult no_state = RunCommand({SLIDEDPD_PATH, "--listen=127.0.0.1:0"}, 30s);
   EXPECT_EQ(no_state.exit_code, 1);
   EXPECT_NE(no_state.err.find("--state_dir"), std::string::npos) << no_state.err;
+}
+
+// The daemon's own files named by the operator: a FIFO is refused at start, not waited on.
+TEST(DaemonFlagsTest, AFifoAsTheTokenFileIsAnErrorNotAHang) {
+  const std::string dir = ::testing::TempDir() + "/slidedp_token_fifo_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir + "/state");
+  const std::string fifo = dir + "/token";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CommandResult r = RunCommand({SLIDEDPD_PATH, "--state_dir=" + dir + "/state", "--listen=127.0.0.1:0",
+                                "--metrics_listen=", "--token_file=" + fifo}, 30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s) << "the daemon waited on the FIFO";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE((r.out + r.err).find("not a regular file"), std::string::npos) << r.out << r.err;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST(DaemonFlagsTest, HelpNamesEveryFlagAndCommand) {
