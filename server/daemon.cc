@@ -3,15 +3,10 @@
 
 #include "runtime/io/file_access.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -34,27 +29,12 @@ namespace {
 constexpr int kMaxMessageBytes = 4 * 1024 * 1024;
 constexpr const char* kServiceName = "slidedp.v1.TrainingService";
 
-// The daemon's own files (certificate, key, token), named by the operator, not by a
-// job: not subject to the jobs' roots, but regular files only and opened without
-// blocking, so that a FIFO or a device named there is an error at start instead of a
-// daemon that never starts.
+// The daemon's own files (certificate, key, token), named by the operator: regular
+// files only, opened without blocking (a FIFO there is an error at start, not a daemon
+// that never starts), and not under the jobs' roots.
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": cannot open"));
-  UniqueFd owned(fd);
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": not a regular file"));
-  }
-  if (st.st_size > (1 << 20)) return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": over 1 MiB"));
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": cannot read"));
-    got += static_cast<size_t>(n);
-  }
+  absl::StatusOr<std::string> text = ReadRegularFile(path, size_t{1} << 20, FileOwner::kDaemon);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
   return text;
 }
 

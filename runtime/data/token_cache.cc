@@ -66,13 +66,12 @@ absl::StatusOr<uint64_t> HashBytes(absl::string_view bytes, uint64_t seed, const
   constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
   // Slices of 64 MiB (a multiple of 8, so the value is that of one pass), with a stop
   // check between them: a multi-GB file is hashed at a few GB/s.
-  constexpr size_t kSlice = size_t{64} << 20;
   uint64_t h = seed ^ (bytes.size() * kMul);
   const char* p = bytes.data();
   size_t n = bytes.size();
   while (n >= 8) {
     if (absl::Status s = CheckStop(stop, "hashing the data file"); !s.ok()) return s;
-    const char* end = p + (std::min(n, kSlice) & ~size_t{7});
+    const char* end = p + (std::min(n, kStopCheckBytes) & ~size_t{7});
     n -= end - p;
     for (; p < end; p += 8) {
       uint64_t w;
@@ -206,11 +205,10 @@ absl::Status WriteTokenCache(const std::string& path, const std::string& key,
   if (s.ok()) s = f.Append(padded_key.data(), padded_key.size());
   // The ids and flags in slices of 64 MiB, with a stop check between them (an abandoned
   // temporary file is removed by AtomicFile).
-  constexpr size_t kSlice = size_t{64} << 20;
   for (absl::string_view part : {ids, flags}) {
-    for (size_t done = 0; s.ok() && done < part.size(); done += kSlice) {
+    for (size_t done = 0; s.ok() && done < part.size(); done += kStopCheckBytes) {
       s = CheckStop(stop, absl::StrCat("writing the token cache ", EchoPath(path)));
-      if (s.ok()) s = f.Append(part.data() + done, std::min(kSlice, part.size() - done));
+      if (s.ok()) s = f.Append(part.data() + done, std::min(kStopCheckBytes, part.size() - done));
     }
   }
   if (s.ok()) s = f.Commit();

@@ -134,7 +134,7 @@ absl::StatusOr<std::string> RealPathOfFd(int fd) {
   }
 }
 
-absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path) {
+absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path, FileOwner owner) {
   if (path.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(EchoPath(path), ": path contains a NUL byte"));
   }
@@ -149,7 +149,7 @@ absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path) {
     }
     return ErrnoError(err, "cannot open", path);
   }
-  if (std::shared_ptr<const FileRoots> r = Roots()) {
+  if (std::shared_ptr<const FileRoots> r = owner == FileOwner::kJob ? Roots() : nullptr) {
     if (absl::Status s = CheckInside(fd.get(), path, r->read, "read"); !s.ok()) return s;
   }
   struct stat st;
@@ -165,8 +165,8 @@ absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path) {
   return fd;
 }
 
-absl::StatusOr<std::string> ReadRegularFile(const std::string& path, size_t max_bytes) {
-  absl::StatusOr<UniqueFd> fd = OpenRegularFile(path);
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, size_t max_bytes, FileOwner owner) {
+  absl::StatusOr<UniqueFd> fd = OpenRegularFile(path, owner);
   if (!fd.ok()) return fd.status();
   auto too_large = [&] {
     return absl::InvalidArgumentError(

@@ -90,11 +90,15 @@ absl::StatusOr<std::string> RealPathOfFd(int fd);
 // the opened file lies outside every read root; INVALID_ARGUMENT when it is not a
 // regular file (a directory, FIFO, socket, device; the message says which); INTERNAL
 // for other system errors.
-absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path);
+// Whose file it is: a job's (checked against the roots of SetFileRoots) or the daemon's
+// own, named by its operator (--tls_cert, --tls_key, --token_file: no job's roots apply).
+enum class FileOwner { kJob, kDaemon };
+absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path, FileOwner owner = FileOwner::kJob);
 
 // The whole content of `path`, opened with OpenRegularFile. INVALID_ARGUMENT naming the
 // file when it holds more than `max_bytes`.
-absl::StatusOr<std::string> ReadRegularFile(const std::string& path, size_t max_bytes);
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, size_t max_bytes,
+                                            FileOwner owner = FileOwner::kJob);
 
 // Opens existing directory `dir` to create, rename and remove files in it (relative to
 // the returned descriptor: openat, renameat, unlinkat). PERMISSION_DENIED, naming the

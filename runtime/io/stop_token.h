@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -24,6 +25,10 @@ class StopToken {
  private:
   std::atomic<bool> stopped_{false};
 };
+
+// How much data a loop over bytes (hashing, reading, writing) handles between two stop
+// checks: 64 MiB, a few tens of milliseconds at memory or disk speed.
+inline constexpr size_t kStopCheckBytes = size_t{64} << 20;
 
 // True when `token` (may be null: never stops) has been asked to stop.
 inline bool StopRequested(const StopToken* token) { return token != nullptr && token->stop_requested(); }

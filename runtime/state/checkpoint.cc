@@ -407,14 +407,13 @@ absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
   }
   // In slices, so that a cancel or shutdown is seen within a second even when the
   // state is tens of GB (12 bytes a parameter).
-  constexpr size_t kSlice = size_t{64} << 20;
   for (const CheckpointUnit& u : units) {
     const size_t n = static_cast<size_t>(u.numel) * sizeof(float);
     for (float* buf : {u.master, u.m, u.v}) {
       char* bytes = reinterpret_cast<char*>(buf);
-      for (size_t done = 0; done < n; done += kSlice) {
+      for (size_t done = 0; done < n; done += kStopCheckBytes) {
         if (absl::Status s = CheckStop(stop, absl::StrCat("reading checkpoint ", path)); !s.ok()) return s;
-        if (absl::Status s = ReadAll(fd, path, bytes + done, std::min(kSlice, n - done), &sum); !s.ok()) return s;
+        if (absl::Status s = ReadAll(fd, path, bytes + done, std::min(kStopCheckBytes, n - done), &sum); !s.ok()) return s;
       }
     }
   }
