@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "tests/test_support.h"
 #include "runtime/engine/fault_injection.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/model/model_config.h"
@@ -31,21 +32,7 @@ namespace fs = std::filesystem;
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 // A fresh directory for this process, removed when the tests end.
-std::string TempDir(const std::string& name) {
-  static struct Dirs {
-    std::vector<std::string> all;
-    ~Dirs() {
-      std::error_code ec;
-      for (const std::string& d : all) fs::remove_all(d, ec);
-    }
-  } dirs;
-  const std::string dir =
-      (fs::temp_directory_path() / ("slidedp_admission_" + std::to_string(getpid()) + "_" + name)).string();
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  dirs.all.push_back(dir);
-  return dir;
-}
+std::string TempDir(const std::string& name) { return testing::ProcessTempDir("slidedp_admission", name); }
 
 // The config.json: vocab_size 16777216, hidden_size 1048576, the rest 1.
 std::string AbsurdModelDir() {

@@ -4,6 +4,7 @@
 // a file that is outside them when it is opened (a symlink swapped in after the check)
 // is refused, and a checkpoint, export or cache folder swapped for a symlink to outside
 // receives nothing. Files live in a fresh directory per test under TempDir().
+#include "tests/test_support.h"
 #include "runtime/io/file_access.h"
 
 #include <fcntl.h>
@@ -87,18 +88,7 @@ void ExpectNotRegular(const absl::Status& s, const std::string& kind) {
   EXPECT_TRUE(absl::StrContains(s.message(), kind)) << s;
 }
 
-ModelConfig TinyLlama() {
-  ModelConfig c;
-  c.family = ModelFamily::kLlama;
-  c.vocab_size = 32;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_layers = 1;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 4;
-  return c;
-}
+ModelConfig TinyLlama() { return testing::TinyLlamaConfig(); }
 
 // ---------------------------------------------------------------- OpenRegularFile
 

@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "tests/test_support.h"
 #include "runtime/data/data_cursor.h"
 #include "runtime/data/jsonl_tokens.h"
 #include "runtime/data/text_records.h"
@@ -142,16 +143,7 @@ TEST(HostileInputTest, DeeplyNestedConfigIndexAndSafetensorsAreRefused) {
   ExpectRefused(ParseModelConfigJson("{\"model_type\": \"" + std::string(100000, 'q') + "\"}", "config.json").status(),
                 {"config.json", "unsupported model type"});
 
-  ModelConfig c;
-  c.family = ModelFamily::kLlama;
-  c.vocab_size = 32;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_layers = 1;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 4;
-  const ModelLayout layout = BuildLayout(c);
+  const ModelLayout layout = BuildLayout(testing::TinyLlamaConfig());
   std::vector<float> sink(1 << 16);
   auto dest = [&](int, int) { return sink.data(); };
   WriteFile(dir + "/model.safetensors.index.json", "{\"weight_map\":\n" + Deep('{', '}') + "}");

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "tests/test_support.h"
 #include "runtime/data/corpus_tokenizer.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/document_encoder.h"
@@ -41,21 +42,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // A fresh directory for this process, removed when the tests end.
-std::string TempDir(const std::string& name) {
-  static struct Dirs {
-    std::vector<std::string> all;
-    ~Dirs() {
-      std::error_code ec;
-      for (const std::string& d : all) fs::remove_all(d, ec);
-    }
-  } dirs;
-  const std::string dir =
-      (fs::temp_directory_path() / ("slidedp_stop_" + std::to_string(getpid()) + "_" + name)).string();
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  dirs.all.push_back(dir);
-  return dir;
-}
+std::string TempDir(const std::string& name) { return testing::ProcessTempDir("slidedp_stop", name); }
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
