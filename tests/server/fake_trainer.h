@@ -14,6 +14,7 @@
 #include "runtime/engine/trainer.h"
 #include "runtime/state/checkpoint.h"
 #include "server/job_manager.h"
+#include "server/spec_translation.h"
 
 namespace slidedp::server::testing {
 
@@ -166,6 +167,32 @@ class FakeTrainer final : public Trainer {
   ResumeReport resumed_;
   uint64_t digest_ = 7;
 };
+
+// A JobManager over the job store at `db`, with `factory`, specs translated without
+// path checks, and every step persisted (persist_interval 0); `metrics` may be null.
+struct ManagerOnStore {
+  std::unique_ptr<JobStore> store;
+  std::unique_ptr<JobManager> manager;  // uses `store`: destroy it first
+};
+inline absl::StatusOr<ManagerOnStore> OpenManagerOnStore(const std::string& db, TrainerFactory factory,
+                                                         Metrics* metrics = nullptr) {
+  ManagerOnStore m;
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db);
+  if (!store.ok()) return store.status();
+  m.store = *std::move(store);
+  JobManagerOptions options;
+  options.store = m.store.get();
+  options.trainer_factory = std::move(factory);
+  options.translator = [](const v1::JobSpec& spec) -> absl::StatusOr<TrainConfig> {
+    return JobSpecToTrainConfigUnchecked(spec);
+  };
+  options.metrics = metrics;
+  options.persist_interval = absl::ZeroDuration();
+  absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::Start(std::move(options));
+  if (!manager.ok()) return manager.status();
+  m.manager = *std::move(manager);
+  return m;
+}
 
 // A TrainerFactory that makes FakeTrainers sharing `control`.
 inline TrainerFactory FakeFactory(std::shared_ptr<FakeControl> control) {

@@ -16,12 +16,15 @@
 #include "runtime/state/checkpoint.h"
 #include "server/job_manager.h"
 #include "server/spec_translation.h"
+#include "tests/server/fake_trainer.h"
 #include "tests/server/test_util.h"
 
 namespace slidedp::server {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ManagerOnStore;
+using testing::OpenManagerOnStore;
 using testing::TempDir;
 using testing::WaitFor;
 using namespace std::chrono_literals;
@@ -99,12 +102,7 @@ class JobCheckpointTest : public ::testing::Test {
   void Open() {
     manager_.reset();
     store_.reset();
-    auto store = JobStore::Open(dir_.Join("jobs.db"));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
-    JobManagerOptions options;
-    options.store = store_.get();
-    options.trainer_factory = [kill = kill_](const TrainConfig& config, std::shared_ptr<const StopToken> stop)
+    TrainerFactory factory = [kill = kill_](const TrainConfig& config, std::shared_ptr<const StopToken> stop)
         -> absl::StatusOr<std::unique_ptr<Trainer>> {
       TrainerInputs inputs;
       inputs.stop = std::move(stop);
@@ -113,13 +111,10 @@ class JobCheckpointTest : public ::testing::Test {
       absl::MutexLock lock(&kill->mu);
       return std::unique_ptr<Trainer>(new KillableTrainer(*std::move(t), kill, kill->block_after));
     };
-    options.translator = [](const v1::JobSpec& spec) -> absl::StatusOr<TrainConfig> {
-      return JobSpecToTrainConfigUnchecked(spec);
-    };
-    options.persist_interval = absl::ZeroDuration();
-    auto manager = JobManager::Start(std::move(options));
-    ASSERT_TRUE(manager.ok()) << manager.status();
-    manager_ = *std::move(manager);
+    absl::StatusOr<ManagerOnStore> opened = OpenManagerOnStore(dir_.Join("jobs.db"), std::move(factory));
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store_ = std::move(opened->store);
+    manager_ = std::move(opened->manager);
   }
 
   // The tiny job, 8 steps, a checkpoint every 2 steps in `checkpoint_dir`.

@@ -18,6 +18,8 @@ namespace {
 
 using testing::FakeControl;
 using testing::FakeFactory;
+using testing::ManagerOnStore;
+using testing::OpenManagerOnStore;
 using testing::TempDir;
 using testing::WaitFor;
 using namespace std::chrono_literals;
@@ -42,20 +44,11 @@ class JobManagerTest : public ::testing::Test {
   void Open() {
     manager_.reset();
     store_.reset();
-    auto store = JobStore::Open(dir_.Join("jobs.db"));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
-    JobManagerOptions options;
-    options.store = store_.get();
-    options.trainer_factory = FakeFactory(control_);
-    options.translator = [](const v1::JobSpec& spec) -> absl::StatusOr<TrainConfig> {
-      return JobSpecToTrainConfigUnchecked(spec);
-    };
-    options.metrics = &metrics_;
-    options.persist_interval = absl::ZeroDuration();
-    auto manager = JobManager::Start(std::move(options));
-    ASSERT_TRUE(manager.ok()) << manager.status();
-    manager_ = *std::move(manager);
+    absl::StatusOr<ManagerOnStore> opened =
+        OpenManagerOnStore(dir_.Join("jobs.db"), FakeFactory(control_), &metrics_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store_ = std::move(opened->store);
+    manager_ = std::move(opened->manager);
   }
 
   v1::Job Submit(int64_t steps) {

@@ -20,12 +20,15 @@
 #include "server/job_manager.h"
 #include "server/spec_translation.h"
 #include "slidedp/v1/service.grpc.pb.h"
+#include "tests/server/fake_trainer.h"
 #include "tests/server/test_util.h"
 
 namespace slidedp::server {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ManagerOnStore;
+using testing::OpenManagerOnStore;
 using testing::TempDir;
 using testing::WaitFor;
 using namespace std::chrono_literals;
@@ -63,19 +66,11 @@ class JobStopTest : public ::testing::Test {
   void Open(TrainerFactory factory) {
     manager_.reset();
     store_.reset();
-    auto store = JobStore::Open(dir_.Join("jobs.db"));
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
-    JobManagerOptions options;
-    options.store = store_.get();
-    options.trainer_factory = std::move(factory);
-    options.translator = [](const v1::JobSpec& spec) -> absl::StatusOr<TrainConfig> {
-      return JobSpecToTrainConfigUnchecked(spec);
-    };
-    options.persist_interval = absl::ZeroDuration();
-    auto manager = JobManager::Start(std::move(options));
-    ASSERT_TRUE(manager.ok()) << manager.status();
-    manager_ = *std::move(manager);
+    absl::StatusOr<ManagerOnStore> opened =
+        OpenManagerOnStore(dir_.Join("jobs.db"), std::move(factory));
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store_ = std::move(opened->store);
+    manager_ = std::move(opened->manager);
   }
 
   // tiny on a token file, one step, then an evaluation of 2^30 batches (within the
