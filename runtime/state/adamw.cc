@@ -26,6 +26,7 @@ using adamw_internal::Isa;
 
 // 16K floats: 64 KiB per stream, a multiple of every vector width.
 constexpr int64_t kTile = int64_t{1} << 14;
+static_assert(kTile % kMomentBlock == 0, "a tile holds whole quantization blocks");
 constexpr int kMaxThreads = 256;
 
 int ResolveThreads(int threads) {
@@ -117,6 +118,65 @@ void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t*
     adamw_internal::AdamWTile(isa, c, len, param + b, g, m + b, v + b);
     for (int64_t i = 0; i < len; ++i) gp[b + i] = Bf16Bits(param[b + i]);
   });
+}
+
+namespace {
+
+MomentView Offset(const MomentView& mv, int64_t b) {
+  MomentView r = mv;
+  const int64_t width = mv.dtype == MomentDtype::kFp32 ? 4 : mv.dtype == MomentDtype::kBf16 ? 2 : 1;
+  r.m = static_cast<char*>(mv.m) + b * width;
+  r.v = static_cast<char*>(mv.v) + b * width;
+  if (mv.m_scale != nullptr) r.m_scale = mv.m_scale + b / kMomentBlock;
+  if (mv.v_scale != nullptr) r.v_scale = mv.v_scale + b / kMomentBlock;
+  return r;
+}
+
+// Elements [b, e) of an AdamWUpdateStored call with kernel `isa`; b is a multiple of
+// kTile (so of kMomentBlock) and e - b at most kTile.
+void StoredTile(Isa isa, const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t b,
+                int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv) {
+  alignas(64) float g[kTile];
+  alignas(64) float m[kTile];
+  alignas(64) float v[kTile];
+  const int64_t len = e - b;
+  const float* gt = grad + b;
+  if (grad == nullptr) {
+    for (int64_t i = 0; i < len; ++i) g[i] = WidenBf16(gp[b + i]);
+    gt = g;
+  }
+  const MomentView tile = Offset(mv, b);
+  adamw_internal::DecodeMoments(isa, tile, len, m, v);
+  AdamWHyper hs = h;
+  for (const DecaySpan& s : spans) {
+    const int64_t sb = std::max(s.begin, b), se = std::min(s.end, e);
+    if (se <= sb) continue;
+    hs.weight_decay = s.weight_decay;
+    const Coeffs c = adamw_internal::MakeCoeffs(hs);
+    adamw_internal::AdamWTile(isa, c, se - sb, param + sb, gt + (sb - b), m + (sb - b), v + (sb - b));
+  }
+  adamw_internal::EncodeMoments(isa, tile, len, m, v);
+  if (grad == nullptr) {
+    for (int64_t i = 0; i < len; ++i) gp[b + i] = Bf16Bits(param[b + i]);
+  }
+}
+
+}  // namespace
+
+void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
+                       float* param, const float* grad, uint16_t* gp, const MomentView& moments,
+                       int threads) {
+  const Isa isa = BestIsa();
+  ForEachTile(n, ResolveThreads(threads), [&](int64_t b, int64_t e) {
+    StoredTile(isa, h, spans, b, e, param, grad, gp, moments);
+  });
+}
+
+void AdamWStoredReference(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
+                          float* param, const float* grad, uint16_t* gp, const MomentView& moments) {
+  for (int64_t b = 0; b < n; b += kTile) {
+    StoredTile(Isa::kScalar, h, spans, b, std::min(n, b + kTile), param, grad, gp, moments);
+  }
 }
 
 double SumSquares(const float* x, int64_t n, int threads) {

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "runtime/state/moment_codec.h"
 
 namespace slidedp {
 
@@ -42,6 +45,31 @@ void AdamWUpdate(const AdamWHyper& h, int64_t n, float* param, const float* grad
 // written once.
 void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t* grad_then_param,
                          float* m, float* v, int threads = 0);
+
+// A range of elements with its own weight decay, relative to an update call's start.
+struct DecaySpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+  float weight_decay = 0.0f;
+};
+
+// AdamW with the moments stored as `moments` says (moment_codec.h, optimizer.state_dtype)
+// over elements [0, n): tile by tile, m and v are decoded to fp32, updated with exactly
+// AdamWUpdate's arithmetic (each span of `spans`, which cover [0, n), with its own weight
+// decay; h.weight_decay is not used) and encoded back, in one pass over memory. The
+// gradient is fp32 `grad`, or, when `grad` is null, bf16 in `grad_then_param`, which
+// then receives the new parameters as AdamWUpdateBf16Grad writes them. `moments` points
+// at element 0, which must start a quantization block (a multiple of kMomentBlock from
+// the unit's start). The same bits for every thread count and instruction set; with fp32
+// moments, the same bits as AdamWUpdate / AdamWUpdateBf16Grad.
+void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
+                       float* param, const float* grad, uint16_t* grad_then_param,
+                       const MomentView& moments, int threads = 0);
+
+// The same, scalar and single-threaded: the reference the fast path is tested against.
+void AdamWStoredReference(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
+                          float* param, const float* grad, uint16_t* grad_then_param,
+                          const MomentView& moments);
 
 // Sum of squares of `n` floats (double accumulation), vectorized, `threads` threads.
 double SumSquares(const float* x, int64_t n, int threads = 0);

@@ -71,5 +71,12 @@ void AdamWTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* g
 // only on `isa` and `n`. Requires IsaSupported(isa).
 double SumSquaresTile(Isa isa, const float* x, int64_t n);
 
+// The stored moments (moment_codec.h) of elements [0, n) of `mv` into fp32 `m` and `v`
+// with kernel `isa` (moment_codec.cc). Requires IsaSupported(isa).
+void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v);
+// fp32 `m` and `v` [0, n) into the storage of `mv` (int8: the blocks' scales too; the
+// last block may be partial).
+void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v);
+
 }  // namespace adamw_internal
 }  // namespace slidedp

@@ -1,0 +1,444 @@
+// Moment storage kernels; see moment_codec.h. The AVX2 and AVX-512 bodies are compiled
+// for their instruction set with target attributes and only called after
+// IsaSupported() (adamw_kernels.h). Each vector body does the scalar function's
+// operations lane by lane; remainders go through the scalar functions themselves.
+#include "runtime/state/moment_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/state/adamw_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SLIDEDP_X86_KERNELS 1
+#endif
+
+namespace slidedp {
+
+const char* MomentDtypeName(MomentDtype dtype) {
+  switch (dtype) {
+    case MomentDtype::kFp32:
+      return "fp32";
+    case MomentDtype::kBf16:
+      return "bf16";
+    case MomentDtype::kInt8:
+      return "int8";
+  }
+  return "unknown";
+}
+
+bool ParseMomentDtype(std::string_view name, MomentDtype* out) {
+  for (MomentDtype d : {MomentDtype::kFp32, MomentDtype::kBf16, MomentDtype::kInt8}) {
+    if (name == MomentDtypeName(d)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t MomentBytes(MomentDtype dtype, int64_t n) {
+  switch (dtype) {
+    case MomentDtype::kFp32:
+      return 8 * n;
+    case MomentDtype::kBf16:
+      return 4 * n;
+    case MomentDtype::kInt8:
+      return 2 * n + 8 * ((n + kMomentBlock - 1) / kMomentBlock);
+  }
+  return 8 * n;
+}
+
+namespace adamw_internal {
+
+// ------------------------------------------------------------------ scalar definitions
+
+namespace {
+
+inline uint16_t Bf16Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float WidenBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// NaN and negatives to 0, then at most `hi`, then to the nearest integer (ties to even:
+// the default rounding mode, as the vector kernels' explicit mode).
+inline float CodeOf(float t, float hi) {
+  t = t > 0.0f ? t : 0.0f;
+  t = t < hi ? t : hi;
+  return std::nearbyint(t);
+}
+
+inline float AbsMax(const float* x, int64_t n) {
+  float mx = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    mx = a > mx ? a : mx;
+  }
+  return mx;
+}
+
+constexpr float kSignedMax = 127.0f;
+constexpr float kUnsignedMax = 255.0f;
+
+}  // namespace
+
+int8_t EncodeSigned8(float x, float absmax) {
+  const float q = CodeOf(std::sqrt(std::fabs(x) / absmax) * kSignedMax, kSignedMax);
+  const int qi = static_cast<int>(q);
+  return static_cast<int8_t>(x < 0.0f ? -qi : qi);
+}
+
+float DecodeSigned8(int8_t q, float absmax) {
+  const float r = static_cast<float>(q < 0 ? -q : q) / kSignedMax;
+  const float val = (r * r) * absmax;
+  return q < 0 ? -val : val;
+}
+
+uint8_t EncodeUnsigned8(float x, float absmax) {
+  const float q = CodeOf(std::sqrt(std::sqrt(x / absmax)) * kUnsignedMax, kUnsignedMax);
+  return static_cast<uint8_t>(static_cast<int>(q));
+}
+
+float DecodeUnsigned8(uint8_t q, float absmax) {
+  const float r = static_cast<float>(q) / kUnsignedMax;
+  const float r2 = r * r;
+  return (r2 * r2) * absmax;
+}
+
+namespace {
+
+void DecodeScalar(const MomentView& mv, int64_t n, float* m, float* v) {
+  switch (mv.dtype) {
+    case MomentDtype::kFp32:
+      std::memcpy(m, mv.m, n * sizeof(float));
+      std::memcpy(v, mv.v, n * sizeof(float));
+      return;
+    case MomentDtype::kBf16: {
+      const auto* qm = static_cast<const uint16_t*>(mv.m);
+      const auto* qv = static_cast<const uint16_t*>(mv.v);
+      for (int64_t i = 0; i < n; ++i) {
+        m[i] = WidenBf16(qm[i]);
+        v[i] = WidenBf16(qv[i]);
+      }
+      return;
+    }
+    case MomentDtype::kInt8: {
+      const auto* qm = static_cast<const int8_t*>(mv.m);
+      const auto* qv = static_cast<const uint8_t*>(mv.v);
+      for (int64_t i = 0; i < n; ++i) {
+        m[i] = DecodeSigned8(qm[i], mv.m_scale[i / kMomentBlock]);
+        v[i] = DecodeUnsigned8(qv[i], mv.v_scale[i / kMomentBlock]);
+      }
+      return;
+    }
+  }
+}
+
+void EncodeScalar(const MomentView& mv, int64_t n, const float* m, const float* v) {
+  switch (mv.dtype) {
+    case MomentDtype::kFp32:
+      std::memcpy(mv.m, m, n * sizeof(float));
+      std::memcpy(mv.v, v, n * sizeof(float));
+      return;
+    case MomentDtype::kBf16: {
+      auto* qm = static_cast<uint16_t*>(mv.m);
+      auto* qv = static_cast<uint16_t*>(mv.v);
+      for (int64_t i = 0; i < n; ++i) {
+        qm[i] = Bf16Bits(m[i]);
+        qv[i] = Bf16Bits(v[i]);
+      }
+      return;
+    }
+    case MomentDtype::kInt8: {
+      auto* qm = static_cast<int8_t*>(mv.m);
+      auto* qv = static_cast<uint8_t*>(mv.v);
+      for (int64_t b = 0; b < n; b += kMomentBlock) {
+        const int64_t len = std::min(kMomentBlock, n - b);
+        const float sm = AbsMax(m + b, len), sv = AbsMax(v + b, len);
+        mv.m_scale[b / kMomentBlock] = sm;
+        mv.v_scale[b / kMomentBlock] = sv;
+        for (int64_t i = b; i < b + len; ++i) {
+          qm[i] = EncodeSigned8(m[i], sm);
+          qv[i] = EncodeUnsigned8(v[i], sv);
+        }
+      }
+      return;
+    }
+  }
+}
+
+#ifdef SLIDEDP_X86_KERNELS
+
+// ------------------------------------------------------------------ AVX-512
+
+#define SLIDEDP_AVX512 __attribute__((target("avx512f")))
+
+// All-lanes masks: the maskz forms compute the same as the plain ones, whose "undefined"
+// pass-through operand makes GCC 12 warn.
+constexpr __mmask16 kAll16 = 0xFFFF;
+
+SLIDEDP_AVX512 inline __m512 Code512(__m512 t, __m512 hi) {
+  t = _mm512_maskz_max_ps(kAll16, t, _mm512_setzero_ps());  // NaN (first operand) -> 0
+  t = _mm512_maskz_min_ps(kAll16, t, hi);
+  return _mm512_maskz_roundscale_ps(kAll16, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+SLIDEDP_AVX512 inline __m512 Abs512(__m512 x) {
+  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
+}
+
+SLIDEDP_AVX512 float AbsMax512(const float* x, int64_t n) {
+  __m512 mx = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) mx = _mm512_maskz_max_ps(kAll16, Abs512(_mm512_loadu_ps(x + i)), mx);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, mx);
+  float r = AbsMax(x + i, n - i);
+  for (float l : lanes) r = l > r ? l : r;
+  return r;
+}
+
+SLIDEDP_AVX512 inline __m512 WidenBf16x16(const uint16_t* p) {
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16));
+}
+
+SLIDEDP_AVX512 inline void StoreBf16x16(uint16_t* p, __m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_maskz_srli_epi32(kAll16, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(kAll16, r));
+}
+
+SLIDEDP_AVX512 void DecodeAvx512(const MomentView& mv, int64_t n, float* m, float* v) {
+  if (mv.dtype == MomentDtype::kFp32) return DecodeScalar(mv, n, m, v);
+  int64_t i = 0;
+  if (mv.dtype == MomentDtype::kBf16) {
+    const auto* qm = static_cast<const uint16_t*>(mv.m);
+    const auto* qv = static_cast<const uint16_t*>(mv.v);
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(m + i, WidenBf16x16(qm + i));
+      _mm512_storeu_ps(v + i, WidenBf16x16(qv + i));
+    }
+  } else {
+    const auto* qm = static_cast<const int8_t*>(mv.m);
+    const auto* qv = static_cast<const uint8_t*>(mv.v);
+    const __m512 smax = _mm512_set1_ps(kSignedMax), umax = _mm512_set1_ps(kUnsignedMax);
+    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    for (; i + 16 <= n; i += 16) {  // 16 divides the block: one scale per vector
+      const __m512 sm = _mm512_set1_ps(mv.m_scale[i / kMomentBlock]);
+      const __m512 sv = _mm512_set1_ps(mv.v_scale[i / kMomentBlock]);
+      const __m512i cm = _mm512_maskz_cvtepi8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qm + i)));
+      const __m512 rm = _mm512_div_ps(_mm512_maskz_cvtepi32_ps(kAll16, _mm512_maskz_abs_epi32(kAll16, cm)), smax);
+      const __m512 valm = _mm512_mul_ps(_mm512_mul_ps(rm, rm), sm);
+      const __m512i sgn = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_cvtepi32_ps(kAll16, cm)), sign);
+      _mm512_storeu_ps(m + i, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(valm), sgn)));
+      const __m512i cv = _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + i)));
+      const __m512 rv = _mm512_div_ps(_mm512_maskz_cvtepi32_ps(kAll16, cv), umax);
+      const __m512 rv2 = _mm512_mul_ps(rv, rv);
+      _mm512_storeu_ps(v + i, _mm512_mul_ps(_mm512_mul_ps(rv2, rv2), sv));
+    }
+  }
+  for (; i < n; ++i) {  // the remainder, element by element with the scalar functions
+    if (mv.dtype == MomentDtype::kBf16) {
+      m[i] = WidenBf16(static_cast<const uint16_t*>(mv.m)[i]);
+      v[i] = WidenBf16(static_cast<const uint16_t*>(mv.v)[i]);
+    } else {
+      m[i] = DecodeSigned8(static_cast<const int8_t*>(mv.m)[i], mv.m_scale[i / kMomentBlock]);
+      v[i] = DecodeUnsigned8(static_cast<const uint8_t*>(mv.v)[i], mv.v_scale[i / kMomentBlock]);
+    }
+  }
+}
+
+SLIDEDP_AVX512 void EncodeAvx512(const MomentView& mv, int64_t n, const float* m, const float* v) {
+  if (mv.dtype == MomentDtype::kFp32) return EncodeScalar(mv, n, m, v);
+  if (mv.dtype == MomentDtype::kBf16) {
+    auto* qm = static_cast<uint16_t*>(mv.m);
+    auto* qv = static_cast<uint16_t*>(mv.v);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      StoreBf16x16(qm + i, _mm512_loadu_ps(m + i));
+      StoreBf16x16(qv + i, _mm512_loadu_ps(v + i));
+    }
+    MomentView rest = mv;
+    rest.m = qm + i;
+    rest.v = qv + i;
+    return EncodeScalar(rest, n - i, m + i, v + i);
+  }
+  auto* qm = static_cast<int8_t*>(mv.m);
+  auto* qv = static_cast<uint8_t*>(mv.v);
+  const __m512 smax = _mm512_set1_ps(kSignedMax), umax = _mm512_set1_ps(kUnsignedMax);
+  for (int64_t b = 0; b < n; b += kMomentBlock) {
+    const int64_t len = std::min(kMomentBlock, n - b);
+    const float sm = AbsMax512(m + b, len), sv = AbsMax512(v + b, len);
+    mv.m_scale[b / kMomentBlock] = sm;
+    mv.v_scale[b / kMomentBlock] = sv;
+    const __m512 vsm = _mm512_set1_ps(sm), vsv = _mm512_set1_ps(sv);
+    int64_t i = b;
+    for (; i + 16 <= b + len; i += 16) {
+      const __m512 xm = _mm512_loadu_ps(m + i);
+      const __m512 tm = Code512(_mm512_mul_ps(_mm512_maskz_sqrt_ps(kAll16, _mm512_div_ps(Abs512(xm), vsm)), smax), smax);
+      __m512i cm = _mm512_maskz_cvttps_epi32(kAll16, tm);
+      const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
+      cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
+      const __m512 xv = _mm512_loadu_ps(v + i);
+      const __m512 tv = Code512(
+          _mm512_mul_ps(_mm512_maskz_sqrt_ps(kAll16, _mm512_maskz_sqrt_ps(kAll16, _mm512_div_ps(xv, vsv))), umax), umax);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, _mm512_maskz_cvttps_epi32(kAll16, tv)));
+    }
+    for (; i < b + len; ++i) {
+      qm[i] = EncodeSigned8(m[i], sm);
+      qv[i] = EncodeUnsigned8(v[i], sv);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ AVX2
+
+#define SLIDEDP_AVX2 __attribute__((target("avx2,fma")))
+
+SLIDEDP_AVX2 inline __m256 Abs256(__m256 x) {
+  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
+}
+
+SLIDEDP_AVX2 inline __m256 Code256(__m256 t, __m256 hi) {
+  t = _mm256_max_ps(t, _mm256_setzero_ps());  // NaN (first operand) -> 0
+  t = _mm256_min_ps(t, hi);
+  return _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+SLIDEDP_AVX2 float AbsMax256(const float* x, int64_t n) {
+  __m256 mx = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(Abs256(_mm256_loadu_ps(x + i)), mx);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mx);
+  float r = AbsMax(x + i, n - i);
+  for (float l : lanes) r = l > r ? l : r;
+  return r;
+}
+
+SLIDEDP_AVX2 inline __m256 WidenBf16x8(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+SLIDEDP_AVX2 void DecodeAvx2(const MomentView& mv, int64_t n, float* m, float* v) {
+  if (mv.dtype == MomentDtype::kFp32) return DecodeScalar(mv, n, m, v);
+  int64_t i = 0;
+  if (mv.dtype == MomentDtype::kBf16) {
+    const auto* qm = static_cast<const uint16_t*>(mv.m);
+    const auto* qv = static_cast<const uint16_t*>(mv.v);
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(m + i, WidenBf16x8(qm + i));
+      _mm256_storeu_ps(v + i, WidenBf16x8(qv + i));
+    }
+    for (; i < n; ++i) {
+      m[i] = WidenBf16(qm[i]);
+      v[i] = WidenBf16(qv[i]);
+    }
+    return;
+  }
+  const auto* qm = static_cast<const int8_t*>(mv.m);
+  const auto* qv = static_cast<const uint8_t*>(mv.v);
+  const __m256 smax = _mm256_set1_ps(kSignedMax), umax = _mm256_set1_ps(kUnsignedMax);
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  for (; i + 8 <= n; i += 8) {
+    const __m256 sm = _mm256_set1_ps(mv.m_scale[i / kMomentBlock]);
+    const __m256 sv = _mm256_set1_ps(mv.v_scale[i / kMomentBlock]);
+    const __m256i cm = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qm + i)));
+    const __m256 rm = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_abs_epi32(cm)), smax);
+    const __m256 valm = _mm256_mul_ps(_mm256_mul_ps(rm, rm), sm);
+    _mm256_storeu_ps(m + i, _mm256_xor_ps(valm, _mm256_and_ps(_mm256_cvtepi32_ps(cm), sign)));
+    const __m256i cv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qv + i)));
+    const __m256 rv = _mm256_div_ps(_mm256_cvtepi32_ps(cv), umax);
+    const __m256 rv2 = _mm256_mul_ps(rv, rv);
+    _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_mul_ps(rv2, rv2), sv));
+  }
+  for (; i < n; ++i) {
+    m[i] = DecodeSigned8(qm[i], mv.m_scale[i / kMomentBlock]);
+    v[i] = DecodeUnsigned8(qv[i], mv.v_scale[i / kMomentBlock]);
+  }
+}
+
+SLIDEDP_AVX2 void EncodeAvx2(const MomentView& mv, int64_t n, const float* m, const float* v) {
+  if (mv.dtype != MomentDtype::kInt8) return EncodeScalar(mv, n, m, v);  // bf16: the loop vectorizes
+  auto* qm = static_cast<int8_t*>(mv.m);
+  auto* qv = static_cast<uint8_t*>(mv.v);
+  const __m256 smax = _mm256_set1_ps(kSignedMax), umax = _mm256_set1_ps(kUnsignedMax);
+  alignas(32) int32_t cm[8], cv[8];
+  for (int64_t b = 0; b < n; b += kMomentBlock) {
+    const int64_t len = std::min(kMomentBlock, n - b);
+    const float sm = AbsMax256(m + b, len), sv = AbsMax256(v + b, len);
+    mv.m_scale[b / kMomentBlock] = sm;
+    mv.v_scale[b / kMomentBlock] = sv;
+    const __m256 vsm = _mm256_set1_ps(sm), vsv = _mm256_set1_ps(sv);
+    int64_t i = b;
+    for (; i + 8 <= b + len; i += 8) {
+      const __m256 xm = _mm256_loadu_ps(m + i);
+      const __m256 tm = Code256(_mm256_mul_ps(_mm256_sqrt_ps(_mm256_div_ps(Abs256(xm), vsm)), smax), smax);
+      __m256i c = _mm256_cvttps_epi32(tm);
+      const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
+      c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(cm), c);
+      const __m256 tv = Code256(
+          _mm256_mul_ps(_mm256_sqrt_ps(_mm256_sqrt_ps(_mm256_div_ps(_mm256_loadu_ps(v + i), vsv))), umax), umax);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(cv), _mm256_cvttps_epi32(tv));
+      for (int k = 0; k < 8; ++k) {
+        qm[i + k] = static_cast<int8_t>(cm[k]);
+        qv[i + k] = static_cast<uint8_t>(cv[k]);
+      }
+    }
+    for (; i < b + len; ++i) {
+      qm[i] = EncodeSigned8(m[i], sm);
+      qv[i] = EncodeUnsigned8(v[i], sv);
+    }
+  }
+}
+
+#endif  // SLIDEDP_X86_KERNELS
+
+}  // namespace
+
+void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v) {
+  switch (isa) {
+#ifdef SLIDEDP_X86_KERNELS
+    case Isa::kAvx512:
+      return DecodeAvx512(mv, n, m, v);
+    case Isa::kAvx2:
+      return DecodeAvx2(mv, n, m, v);
+#endif
+    default:
+      return DecodeScalar(mv, n, m, v);
+  }
+}
+
+void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v) {
+  switch (isa) {
+#ifdef SLIDEDP_X86_KERNELS
+    case Isa::kAvx512:
+      return EncodeAvx512(mv, n, m, v);
+    case Isa::kAvx2:
+      return EncodeAvx2(mv, n, m, v);
+#endif
+    default:
+      return EncodeScalar(mv, n, m, v);
+  }
+}
+
+}  // namespace adamw_internal
+}  // namespace slidedp
