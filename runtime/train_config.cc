@@ -56,6 +56,7 @@ void VisitFields(OptimizerConfig& o, V& v) {
   v.Field("eps", o.eps);
   v.Field("weight_decay", o.weight_decay);
   v.Field("max_grad_norm", o.max_grad_norm);
+  v.Field("state_dtype", o.state_dtype);
 }
 
 template <typename V>

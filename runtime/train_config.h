@@ -50,7 +50,15 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;  // 0 disables clipping
+  // How AdamW's m and v are stored in host memory (runtime/state/moment_codec.h):
+  // "fp32" (8 bytes a parameter), "bf16" (4), "int8" (8-bit codes with an fp32 scale per
+  // 256 elements, about 2). The update's math is fp32 in every case.
+  std::string state_dtype = "fp32";
 };
+
+// Elements per quantization block of int8 moments (one fp32 scale each); the update
+// works on whole blocks, so policy.chunk_elems is a multiple of it with int8 moments.
+inline constexpr int64_t kInt8MomentBlock = 256;
 
 struct PolicyConfig {
   int64_t chunk_elems = 0;          // 0: one chunk per unit

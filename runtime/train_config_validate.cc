@@ -113,6 +113,7 @@ Check CheckOptimizer(const OptimizerConfig& o) {
   if (Check c = Real("optimizer.min_lr_ratio", o.min_lr_ratio, ratio_ok, "in [0, 1]")) return c;
   if (Check c = Bounded("optimizer.warmup_steps", o.warmup_steps, 0, kMaxSteps)) return c;
   if (Check c = OneOf("optimizer.schedule", o.schedule, {"constant", "linear", "cosine"})) return c;
+  if (Check c = OneOf("optimizer.state_dtype", o.state_dtype, {"fp32", "bf16", "int8"})) return c;
   if (Check c = Real("optimizer.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)"))
     return c;
   if (Check c = Real("optimizer.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)"))
@@ -204,6 +205,11 @@ Check FindProblem(const TrainConfig& c) {
   if (Check p = CheckData(c.data)) return p;
   if (Check p = CheckOptimizer(c.optimizer)) return p;
   if (Check p = CheckPolicy(c.policy)) return p;
+  if (c.optimizer.state_dtype == "int8" && c.policy.chunk_elems % kInt8MomentBlock != 0) {
+    return Problem{"policy.chunk_elems", absl::StrCat("must be a multiple of ", kInt8MomentBlock,
+                                                      " with optimizer.state_dtype int8 (its quantization "
+                                                      "blocks), got ", c.policy.chunk_elems)};
+  }
   return CheckRun(c);
 }
 

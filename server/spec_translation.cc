@@ -79,6 +79,7 @@ void ApplyOptimizer(const v1::OptimizerSpec& o, OptimizerConfig* c) {
   Take(o.has_eps(), o.eps(), &c->eps);
   Take(o.has_weight_decay(), o.weight_decay(), &c->weight_decay);
   Take(o.has_max_grad_norm(), o.max_grad_norm(), &c->max_grad_norm);
+  Take(o.has_state_dtype(), o.state_dtype(), &c->state_dtype);
 }
 
 void ApplyPolicy(const v1::PolicySpec& p, PolicyConfig* c) {
@@ -276,6 +277,7 @@ v1::JobSpec TrainConfigToJobSpec(const TrainConfig& c) {
   o->set_eps(c.optimizer.eps);
   o->set_weight_decay(c.optimizer.weight_decay);
   o->set_max_grad_norm(c.optimizer.max_grad_norm);
+  o->set_state_dtype(c.optimizer.state_dtype);
   s.set_seed(c.seed);
   s.set_checkpoint_dir(c.checkpoint_dir);
   s.set_checkpoint_interval(c.checkpoint_interval);

@@ -117,6 +117,12 @@ TEST(Admission, EstimateCountsTheHostStateAsTheEngineLaysItOut) {
   n = EstimateHostMemory(g, tiny);
   EXPECT_EQ(n.state_bytes_per_param, 18);
   EXPECT_GT(n.transfer, 0) << "gather_host: a landing buffer per rank";
+  // Issue 22: compact moments, 4 bytes (bf16) or about 6 (int8) less a parameter.
+  g.workers = 1;
+  g.optimizer.state_dtype = "bf16";
+  EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 10);
+  g.optimizer.state_dtype = "int8";
+  EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 8 + 8.0 / 256);
 }
 
 TEST(Admission, EstimateGrowsWithTheSequenceAndNeverOverflows) {

@@ -62,7 +62,7 @@ struct Buffers {
     std::vector<CheckpointUnit> u;
     for (size_t i = 0; i < master.size(); ++i) {
       u.push_back({"unit" + std::to_string(i), static_cast<int64_t>(master[i].size()), master[i].data(),
-                   m[i].data(), v[i].data()});
+                   Fp32Moments(m[i].data(), v[i].data())});
     }
     return u;
   }
@@ -99,6 +99,48 @@ TEST(Checkpoint, RoundTripsEveryFieldAndBuffer) {
   EXPECT_EQ(out.master, in.master);
   EXPECT_EQ(out.m, in.m);
   EXPECT_EQ(out.v, in.v);
+}
+
+// Issue 22: compact moments are stored as they are (codes and block scales), say their
+// dtype, come back bit for bit, and a reader of another moment dtype is refused with
+// both named.
+TEST(Checkpoint, CompactMomentsRoundTripAndAnotherDtypeIsRefused) {
+  const TempDir dir("compact");
+  const int64_t n = 3 * kMomentBlock + 5;
+  std::vector<float> master(n, 0.5f), master_out(n);
+  std::vector<int8_t> m(n), m_out(n);
+  std::vector<uint8_t> v(n), v_out(n);
+  std::vector<float> ms(4), vs(4), ms_out(4), vs_out(4);
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = static_cast<int8_t>(i % 255 - 127);
+    v[i] = static_cast<uint8_t>(i * 7);
+    master[i] = 0.25f * i;
+  }
+  for (int b = 0; b < 4; ++b) ms[b] = 1.5f + b, vs[b] = 0.125f * b;
+  auto view = [](int8_t* qm, uint8_t* qv, float* sm, float* sv) {
+    MomentView mv;
+    mv.dtype = MomentDtype::kInt8;
+    mv.m = qm, mv.v = qv, mv.m_scale = sm, mv.v_scale = sv;
+    return mv;
+  };
+  const std::vector<CheckpointUnit> in = {{"unit0", n, master.data(), view(m.data(), v.data(), ms.data(), vs.data())}};
+  absl::StatusOr<std::string> path = WriteCheckpoint(dir, Meta(4), in, 3);
+  ASSERT_TRUE(path.ok()) << path.status();
+  const std::vector<CheckpointUnit> out = {
+      {"unit0", n, master_out.data(), view(m_out.data(), v_out.data(), ms_out.data(), vs_out.data())}};
+  ASSERT_TRUE(ReadCheckpoint(*path, out).ok());
+  EXPECT_EQ(master_out, master);
+  EXPECT_EQ(m_out, m);
+  EXPECT_EQ(v_out, v);
+  EXPECT_EQ(ms_out, ms);
+  EXPECT_EQ(vs_out, vs);
+
+  Buffers fp32({n}, 0.0f);
+  absl::StatusOr<CheckpointMeta> refused = ReadCheckpoint(*path, fp32.Units());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("int8"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("fp32"), std::string::npos) << refused.status();
 }
 
 // Reading back the state observes a stop: a restore of tens of GB must not outlast a
@@ -205,7 +247,7 @@ TEST(Checkpoint, KillDuringWriteKeepsThePreviousCheckpoint) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     std::vector<float> buf(big, 1.0f);
-    std::vector<CheckpointUnit> units = {{"unit0", big, buf.data(), buf.data(), buf.data()}};
+    std::vector<CheckpointUnit> units = {{"unit0", big, buf.data(), Fp32Moments(buf.data(), buf.data())}};
     for (;;) (void)WriteCheckpoint(dir, Meta(2), units, 3);
   }
   // Kill it while the temporary file is partly written.
@@ -330,6 +372,38 @@ TEST(CheckpointResume, IsBitExactWithoutClipping) {
   TrainConfig c = Tiny(8);
   c.optimizer.max_grad_norm = 0;  // the speculative per-unit update path
   ExpectResumeIsBitExact(c, "resume_noclip");
+}
+
+// Issue 22: with bf16 and with 8-bit moments, resume is bit-exact too.
+TEST(CheckpointResume, IsBitExactWithCompactMoments) {
+  for (const char* dtype : {"bf16", "int8"}) {
+    SCOPED_TRACE(dtype);
+    TrainConfig c = Tiny(8);
+    c.optimizer.state_dtype = dtype;
+    ExpectResumeIsBitExact(c, std::string("resume_") + dtype);
+    c.optimizer.max_grad_norm = 0;
+    ExpectResumeIsBitExact(c, std::string("resume_noclip_") + dtype);
+  }
+}
+
+TEST(CheckpointResume, RefusesACheckpointOfAnotherMomentDtype) {
+  TrainConfig c = Tiny(4);
+  c.optimizer.state_dtype = "int8";
+  const TempDir ckpt("other_moments");
+  c.checkpoint_dir = ckpt;
+  auto a = Trainer::Create(c);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->Step().ok());
+  ASSERT_TRUE((*a)->SaveCheckpoint().ok());
+  TrainConfig other = c;
+  other.optimizer.state_dtype = "fp32";
+  other.resume_from = c.checkpoint_dir;
+  auto b = Trainer::Create(other);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(b.status().message().find("state_dtype"), std::string::npos) << b.status();
+  EXPECT_NE(b.status().message().find("int8"), std::string::npos) << b.status();
+  EXPECT_NE(b.status().message().find("fp32"), std::string::npos) << b.status();
 }
 
 TEST(CheckpointResume, RefusesACheckpointOfAnotherJob) {

@@ -208,8 +208,8 @@ TEST(FileAccessTest, UnrestrictedByDefaultAndScopedRootsRestore) {
 // ---------------------------------------------------------------- roots, writes
 
 std::vector<CheckpointUnit> Units(std::vector<float>& buf) {
-  return {CheckpointUnit{"u", static_cast<int64_t>(buf.size() / 3), buf.data(), buf.data() + buf.size() / 3,
-                         buf.data() + 2 * buf.size() / 3}};
+  return {CheckpointUnit{"u", static_cast<int64_t>(buf.size() / 3), buf.data(),
+                         Fp32Moments(buf.data() + buf.size() / 3, buf.data() + 2 * buf.size() / 3)}};
 }
 
 TEST(FileAccessTest, ACheckpointFolderSwappedForASymlinkOutsideReceivesNothing) {

@@ -41,7 +41,7 @@ struct Stored {
   std::vector<uint8_t> m, v;
   std::vector<float> ms, vs;
   explicit Stored(MomentDtype d, int64_t n) : dtype(d) {
-    const int64_t width = d == MomentDtype::kFp32 ? 4 : d == MomentDtype::kBf16 ? 2 : 1;
+    const int64_t width = MomentWidth(d);
     m.assign(n * width, 0);
     v.assign(n * width, 0);
     ms.assign((n + kMomentBlock - 1) / kMomentBlock, 0.0f);
@@ -89,18 +89,24 @@ TEST(MomentCodec, Int8RoundTripWithinTheBlockBound) {
   adamw_internal::EncodeMoments(Isa::kScalar, s.view(), n, m.data(), v.data());
   std::vector<float> m2(n), v2(n);
   adamw_internal::DecodeMoments(Isa::kScalar, s.view(), n, m2.data(), v2.data());
-  const double dm = 0.5 / 127, dv = 0.5 / 255;
   for (int64_t i = 0; i < n; ++i) {
     const double sm = s.ms[i / kMomentBlock], sv = s.vs[i / kMomentBlock];
-    // m = absmax * t^2 with t within 0.5/127 of the exact root; v = absmax * t^4.
-    const double tm = std::sqrt(std::fabs(m[i]) / sm);
-    const double bound_m = sm * (2 * tm * dm + dm * dm) * (1 + 1e-5) + 1e-30;
+    // m: relative error at most 1/16 (half a step of 3 mantissa bits) above absmax *
+    // 2^-14, absolute at most half a subnormal step (absmax * 2^-18) below.
+    const double xm = std::fabs(m[i]);
+    const double bound_m = std::max(xm / 16, sm * std::ldexp(1.0, -18)) * (1 + 1e-6);
     EXPECT_LE(std::fabs(m2[i] - m[i]), bound_m) << "m[" << i << "] = " << m[i];
-    EXPECT_EQ(std::signbit(m2[i]) && m2[i] != 0, std::signbit(m[i]) && m2[i] != 0) << i;
-    const double tv = std::pow(v[i] / sv, 0.25);
-    const double bound_v = sv * (std::pow(tv + dv, 4) - std::pow(tv, 4)) * (1 + 1e-5) + 1e-30;
-    EXPECT_LE(std::fabs(v2[i] - v[i]), bound_v) << "v[" << i << "] = " << v[i];
-    EXPECT_GE(v2[i], 0.0f);
+    if (m2[i] != 0) {
+      EXPECT_EQ(std::signbit(m2[i]), std::signbit(m[i])) << i;
+    }
+    // v: sqrt(v) within 1/32 relative (4 mantissa bits), or half a subnormal step of
+    // sqrt(absmax) * 2^-18 (the clamp of a tiny nonzero v to the smallest code).
+    const double r = std::sqrt(v[i]), r2 = std::sqrt(v2[i]);
+    const double bound_r = std::max(r / 32, std::sqrt(sv) * std::ldexp(1.0, -18)) * (1 + 1e-6);
+    EXPECT_LE(std::fabs(r2 - r), bound_r) << "v[" << i << "] = " << v[i];
+    if (v[i] > 0) {
+      EXPECT_GT(v2[i], 0.0f) << i;
+    }
   }
   // Each block's largest magnitude comes back exactly: the update's scale is kept.
   for (int64_t b = 0; b < n; b += kMomentBlock) {
@@ -170,7 +176,7 @@ TEST(MomentCodec, VectorKernelsEqualTheScalarOneBitForBit) {
       std::vector<float> rm(n), rv(n);
       adamw_internal::DecodeMoments(Isa::kScalar, ref.view(), n, rm.data(), rv.data());
       for (Isa isa : isas) {
-        SCOPED_TRACE(testing::Message() << adamw_internal::IsaName(isa) << " " << MomentDtypeName(d)
+        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " " << MomentDtypeName(d)
                                         << " n=" << n);
         Stored got(d, n);
         adamw_internal::EncodeMoments(isa, got.view(), n, m.data(), v.data());
@@ -228,7 +234,7 @@ TEST(MomentCodec, StoredUpdateEqualsItsReferenceForEveryThreadCount) {
                              ref.gp.data(), ref_state.view());
       }
       for (int threads : {1, 2, 3, 8}) {
-        SCOPED_TRACE(testing::Message() << MomentDtypeName(d) << " bf16_grad=" << bf16_grad
+        SCOPED_TRACE(::testing::Message() << MomentDtypeName(d) << " bf16_grad=" << bf16_grad
                                         << " threads=" << threads);
         UpdateCase got = MakeCase(n, 7);
         Stored state(d, n);
@@ -269,8 +275,9 @@ TEST(MomentCodec, Fp32StoredUpdateIsAdamWUpdate) {
   EXPECT_EQ(std::memcmp(av.data(), s.v.data(), n * 4), 0);
 }
 
-// The compact moments follow the fp32 ones: 200 steps of AdamW on the same gradients
-// leave the parameters close (the quantization error does not compound).
+// The compact moments follow the fp32 ones: 200 steps of AdamW on the same noisy
+// gradients of a quadratic leave the parameters about as close to its minimum (the
+// quantization error does not compound).
 TEST(MomentCodec, CompactMomentsTrackFp32Moments) {
   const int64_t n = 4096;
   std::vector<float> target(n);
@@ -299,7 +306,9 @@ TEST(MomentCodec, CompactMomentsTrackFp32Moments) {
   EXPECT_LT(fp32, 0.3);  // it learns: from 1.0 towards the target
   std::printf("rms distance to the target after 200 steps: fp32 %.5f bf16 %.5f int8 %.5f\n", fp32, bf16, int8);
   EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
-  EXPECT_NEAR(int8, fp32, 0.05 * fp32);
+  // 8-bit m keeps 3 mantissa bits: the noisy gradients' momentum is rounded by up to
+  // 1/16, which leaves the parameters about 11% further from the target than fp32's.
+  EXPECT_NEAR(int8, fp32, 0.15 * fp32);
 }
 
 }  // namespace

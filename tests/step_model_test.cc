@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/model/model_config.h"
+#include "runtime/plan/calibration.h"
 #include "runtime/plan/policy.h"
 #include "runtime/plan/step_model.h"
 
@@ -98,6 +99,30 @@ TEST(StepModel, CpuUpdateBoundStepIsNamedCpuUpdate) {
   EXPECT_NEAR(p.busy.at(kResCpuUpdate), 160e6 / 2e7, 1e-9);
   EXPECT_GT(p.step_seconds, p.busy.at(kResCpuUpdate));
   EXPECT_GT(p.exposed.at(kResCpuUpdate), 0.8 * p.step_seconds);
+}
+
+// Issue 22: compact moments move fewer bytes in the update; the model's default rate
+// and its host-memory load follow the job's optimizer.state_dtype.
+TEST(StepModel, UpdateRateFollowsTheMomentDtype) {
+  TrainConfig c;
+  c.device = "cuda";
+  EXPECT_EQ(JobShapeOf(c).update_bytes_per_param, 28.0);
+  c.optimizer.state_dtype = "bf16";
+  EXPECT_EQ(JobShapeOf(c).update_bytes_per_param, 20.0);
+  c.optimizer.state_dtype = "int8";
+  const JobShape int8 = JobShapeOf(c);
+  EXPECT_EQ(int8.update_bytes_per_param, 16.0 + 16.0 / 256);
+  c.optimizer.state_dtype = "fp32";
+  const JobShape fp32 = JobShapeOf(c);
+  const double ratio = DefaultRates(Synthetic(), int8).adamw_params_per_s / DefaultRates(Synthetic(), fp32).adamw_params_per_s;
+  EXPECT_NEAR(ratio, 28.0 / (16.0 + 16.0 / 256), 1e-12);
+  Rates r = Balanced();
+  r.adamw_params_per_s = 2e7;
+  JobShape job = Job();
+  const double fp32_step = PredictStep(Synthetic(), job, Knobs(8, 1), r).step_seconds;
+  r.adamw_params_per_s = 2e7 * ratio;  // what calibration measures with int8 moments
+  job.update_bytes_per_param = int8.update_bytes_per_param;
+  EXPECT_LT(PredictStep(Synthetic(), job, Knobs(8, 1), r).step_seconds, 0.7 * fp32_step);
 }
 
 TEST(StepModel, CriticalPathHasFillAndDrain) {

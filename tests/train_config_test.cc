@@ -393,6 +393,19 @@ TEST(TrainConfigErrorTest, EveryValidationRuleNamesItsField) {
   }
 }
 
+// Issue 22: the moment dtype is one of three names, and int8 moments update whole blocks.
+TEST(TrainConfigErrorTest, StateDtypeIsCheckedWithItsBlocks) {
+  EXPECT_CONTAINS(ErrorOf("optimizer: {state_dtype: fp8}\n"), "field 'optimizer.state_dtype'");
+  EXPECT_CONTAINS(ErrorOf("optimizer: {state_dtype: int8}\npolicy: {chunk_elems: 1000}\n"),
+                  "field 'policy.chunk_elems'");
+  for (const char* ok : {"optimizer: {state_dtype: int8}\npolicy: {chunk_elems: 1024}\n",
+                         "optimizer: {state_dtype: bf16}\npolicy: {chunk_elems: 1000}\n"}) {
+    absl::StatusOr<TrainConfig> c = ParseTrainConfig(ok, "job.yaml");
+    ASSERT_TRUE(c.ok()) << c.status();
+  }
+  EXPECT_EQ(TrainConfig().optimizer.state_dtype, "fp32");
+}
+
 TEST(TrainConfigErrorTest, ValidateNamesTheField) {
   TrainConfig c;
   c.optimizer.lr = -1;

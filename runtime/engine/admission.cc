@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/engine/routes.h"
+#include "runtime/state/moment_codec.h"
 
 namespace slidedp {
 namespace {
@@ -206,7 +207,11 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
 
   HostMemoryNeed n;
   n.parameters = u.total;
-  n.state_bytes_per_param = 12 + dt + (bf16_landing ? 0 : 4);
+  // fp32 master, m and v as optimizer.state_dtype stores them, the streamed copy, and
+  // the fp32 landing buffer unless gradients land in the copy.
+  MomentDtype moments = MomentDtype::kFp32;
+  ParseMomentDtype(config.optimizer.state_dtype, &moments);
+  n.state_bytes_per_param = 4 + MomentBytesPerParam(moments) + dt + (bf16_landing ? 0 : 4);
   n.host_state = u.total * n.state_bytes_per_param;
   // gather_host with several workers: one fp32 landing buffer per rank, pinned on cuda.
   if (!device_reduces && W > 1) n.transfer = W * u.max_unit * 4;

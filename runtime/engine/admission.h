@@ -27,7 +27,9 @@ namespace slidedp {
 // Host bytes of a job, by part (see EstimateHostMemory).
 struct HostMemoryNeed {
   double parameters = 0;       // the model's parameter count
-  double state_bytes_per_param = 0;  // 20 (fp32 compute), 18 (bf16, fp32 landing), 14 (bf16 landing)
+  // fp32 moments: 20 (fp32 compute), 18 (bf16, fp32 landing), 14 (bf16 landing); bf16
+  // moments 4 less, int8 moments about 6 less.
+  double state_bytes_per_param = 0;
   double host_state = 0;       // fp32 master, AdamW m and v, the streamed copy, the fp32 gradient landing
   double transfer = 0;         // host landing buffers where the host sums the workers' gradients
   double worker_buffers = 0;   // cpu device: every worker's parameter slots and gradient accumulators

@@ -96,6 +96,7 @@ std::string TrajectoryMismatch(const TrainConfig& saved, const TrainConfig& now)
       {"optimizer.eps", num(saved.optimizer.eps), num(now.optimizer.eps)},
       {"optimizer.weight_decay", num(saved.optimizer.weight_decay), num(now.optimizer.weight_decay)},
       {"optimizer.max_grad_norm", num(saved.optimizer.max_grad_norm), num(now.optimizer.max_grad_norm)},
+      {"optimizer.state_dtype", saved.optimizer.state_dtype, now.optimizer.state_dtype},
   };
   for (const auto& [name, a, b] : fields) {
     if (a != b) return absl::StrCat(name, " (checkpoint: ", a, ", now: ", b, ")");
@@ -166,8 +167,7 @@ std::vector<CheckpointUnit> EngineTrainer::CheckpointUnits() {
   for (int u = 0; u < state_->num_units(); ++u) {
     UnitState& us = state_->unit(u);
     units.push_back(CheckpointUnit{UnitName(state_->layout().units[u]), state_->layout().units[u].numel,
-                                   us.master.data_ptr<float>(), us.m.data_ptr<float>(),
-                                   us.v.data_ptr<float>()});
+                                   us.master.data_ptr<float>(), state_->moments(u)});
   }
   return units;
 }
@@ -482,8 +482,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   }
   const StopToken* stop = inputs.stop.get();
   MaybeInjectHostAllocationFailure();
+  MomentDtype moments = MomentDtype::kFp32;
+  ParseMomentDtype(config.optimizer.state_dtype, &moments);  // validated: one of the names
   auto state = std::make_unique<HostState>(*model, dtype, config.policy.chunk_elems, /*pin=*/cuda,
-                                           /*fp32_grad=*/!bf16_landing);
+                                           /*fp32_grad=*/!bf16_landing, moments);
   if (!config.resume_from.empty()) {
     // Every buffer comes from the checkpoint below.
   } else if (from_dir) {

@@ -195,14 +195,31 @@ void UpdatePipeline::Apply(const Task& t) {
   h.eps = static_cast<float>(config_.optimizer.eps);
   h.grad_scale = static_cast<float>(t.scale);
   float* p = s.master.data_ptr<float>();
-  float* m = s.m.data_ptr<float>();
-  float* v = s.v.data_ptr<float>();
   const int threads = config_.policy.update_threads;
   // The gradient is fp32 in s.grad, or bf16 in the streamed copy (which the update
   // then rewrites in the same pass).
   const bool fp32_grad = s.grad.defined();
   const float* g = fp32_grad ? s.grad.data_ptr<float>() : nullptr;
   uint16_t* gp = fp32_grad ? nullptr : static_cast<uint16_t*>(s.params.data_ptr());
+  const MomentView moments = state_->moments(t.unit);
+  if (moments.dtype != MomentDtype::kFp32) {
+    // Compact moments: one call per chunk (chunks start on quantization blocks), each
+    // parameter's range with its own decay setting.
+    for (const Chunk& c : state_->chunks(t.unit)) {
+      std::vector<DecaySpan> spans;
+      for (const ParamSpec& ps : layout.params) {
+        const int64_t b = std::max(c.begin, ps.offset), e = std::min(c.end, ps.offset + ps.numel);
+        if (e <= b) continue;
+        spans.push_back({b - c.begin, e - c.begin, ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f});
+      }
+      AdamWUpdateStored(h, spans, c.end - c.begin, p + c.begin, fp32_grad ? g + c.begin : nullptr,
+                        fp32_grad ? nullptr : gp + c.begin, OffsetMoments(moments, c.begin), threads);
+      if (fp32_grad) state_->RefreshParams(t.unit, c.begin, c.end);
+    }
+    return;
+  }
+  float* m = static_cast<float*>(moments.m);
+  float* v = static_cast<float*>(moments.v);
   for (const Chunk& c : state_->chunks(t.unit)) {
     // Within a chunk, each parameter's overlapping range gets its own decay setting.
     for (const ParamSpec& ps : layout.params) {

@@ -36,6 +36,9 @@ JobShape JobShapeOf(const TrainConfig& config) {
   j.clip = config.optimizer.max_grad_norm > 0;
   j.cuda = config.device == "cuda";
   j.param_bytes = j.cuda || config.compute_dtype == "bf16" ? 2 : 4;
+  MomentDtype moments = MomentDtype::kFp32;
+  ParseMomentDtype(config.optimizer.state_dtype, &moments);
+  j.update_bytes_per_param = 12.0 + 2.0 * MomentBytesPerParam(moments);
   return j;
 }
 
@@ -96,13 +99,20 @@ double CopyGbps(int64_t bytes, int threads, const StopToken* stop) {
 }
 
 // Parameters a second of the update pipeline's kernel (bf16 gradient in the streamed
-// copy when the job lands gradients so, else fp32).
-double AdamWParamsPerSecond(int64_t n, bool bf16_grad, int threads, const StopToken* stop) {
-  std::vector<float> p(n, 0.5f), g(n, 1e-3f), m(n, 0.0f), v(n, 0.0f);
+// copy when the job lands gradients so, else fp32) with the job's moment dtype.
+double AdamWParamsPerSecond(int64_t n, bool bf16_grad, MomentDtype moments, int threads, const StopToken* stop) {
+  std::vector<float> p(n, 0.5f), g(n, 1e-3f), m(n, 0.0f), v(n, 0.0f), scales(2 * (n / kMomentBlock + 1), 0.0f);
   std::vector<uint16_t> gb(n, 0x3a83);  // ~1e-3 in bf16
   AdamWHyper h;
+  MomentView mv;  // compact moments fit in the fp32 buffers
+  mv.dtype = moments;
+  mv.m = m.data(), mv.v = v.data();
+  mv.m_scale = scales.data(), mv.v_scale = scales.data() + scales.size() / 2;
+  const std::vector<DecaySpan> spans = {{0, n, 0.0f}};
   const double s = BestSeconds(2, stop, [&] {
-    if (bf16_grad) {
+    if (moments != MomentDtype::kFp32) {
+      AdamWUpdateStored(h, spans, n, p.data(), bf16_grad ? nullptr : g.data(), gb.data(), mv, threads);
+    } else if (bf16_grad) {
       AdamWUpdateBf16Grad(h, n, p.data(), gb.data(), m.data(), v.data(), threads);
     } else {
       AdamWUpdate(h, n, p.data(), g.data(), m.data(), v.data(), threads);
@@ -220,8 +230,11 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
     r.host_memory_gbps = CopyGbps(job.cuda ? (int64_t{256} << 20) : (int64_t{32} << 20), cores, stop);
     c.notes.push_back(absl::StrFormat("host memory %.1f GB/s (copy, %d threads)", r.host_memory_gbps, cores));
     const int64_t n = job.cuda ? (int64_t{32} << 20) : (int64_t{4} << 20);
-    r.adamw_params_per_s = AdamWParamsPerSecond(n, Bf16Landing(job, config.policy), threads, stop);
-    c.notes.push_back(absl::StrFormat("AdamW %.3g params/s (%d threads)", r.adamw_params_per_s, threads));
+    MomentDtype moments = MomentDtype::kFp32;
+    ParseMomentDtype(config.optimizer.state_dtype, &moments);
+    r.adamw_params_per_s = AdamWParamsPerSecond(n, Bf16Landing(job, config.policy), moments, threads, stop);
+    c.notes.push_back(absl::StrFormat("AdamW %.3g params/s (%d threads, %s moments)", r.adamw_params_per_s, threads,
+                                      MomentDtypeName(moments)));
 
     const bool cuda_ok = job.cuda && at::hasCUDA();
     if (job.cuda && !cuda_ok) return absl::FailedPreconditionError("calibration: device cuda without CUDA LibTorch");

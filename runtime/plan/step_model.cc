@@ -58,6 +58,7 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
     r.embed_s = 4.0 * shape.hidden / 1e12;
     r.grad_s_per_param = 2e-11;
     r.launch_s = 3e-4;
+    r.adamw_params_per_s *= 28.0 / job.update_bytes_per_param;  // memory-bound: fp32's rate scaled
     return r;
   }
   // The CPU device: memcpy for transfers, one core's worth of FLOPs per worker.
@@ -71,7 +72,7 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
   r.embed_s = 4.0 * shape.hidden / 1e9;
   r.grad_s_per_param = 1e-9;
   r.launch_s = 2e-5;
-  r.adamw_params_per_s = 3e8;
+  r.adamw_params_per_s = 3e8 * 28.0 / job.update_bytes_per_param;
   r.host_memory_gbps = 10.0;
   return r;
 }
@@ -499,13 +500,15 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
   const double update_s = static_cast<double>(shape.total_params()) / rates.adamw_params_per_s;
   p.busy[kResCpuUpdate] = update_s;
   const int W = std::max(1, job.workers);
-  // Host memory: every worker's DMA reads and writes, AdamW (28 bytes a parameter:
-  // p, m, v read and written, the gradient read and the streamed copy written).
+  // Host memory: every worker's DMA reads and writes, AdamW (28 bytes a parameter with
+  // fp32 moments: p, m, v read and written, the gradient read and the streamed copy
+  // written; JobShape::update_bytes_per_param).
   const double host_bytes = static_cast<double>(W) * (p.h2d_bytes + p.d2h_bytes) +
-                            28.0 * static_cast<double>(shape.total_params());
+                            job.update_bytes_per_param * static_cast<double>(shape.total_params());
   // The AdamW kernel's own traffic shows the bandwidth the host reaches at least (a
   // calibration copy counts no read-for-ownership and can read low).
-  const double host_gbps = std::max(rates.host_memory_gbps, 28.0 * rates.adamw_params_per_s / 1e9);
+  const double host_gbps =
+      std::max(rates.host_memory_gbps, job.update_bytes_per_param * rates.adamw_params_per_s / 1e9);
   p.busy[kResHostMemory] = host_bytes / (host_gbps * 1e9);
 
   // Critical path: back from the step's end through the causes, clipped at t0.

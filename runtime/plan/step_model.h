@@ -56,6 +56,10 @@ struct JobShape {
   bool clip = true;       // optimizer.max_grad_norm > 0
   bool cuda = true;       // false: the CPU device (compute and copies on the worker's thread)
   int param_bytes = 2;    // bytes of the streamed copy per parameter (2: bf16, 4: fp32)
+  // Host bytes the CPU update moves per parameter: the master and the streamed copy
+  // (gradient in, parameter out) read and written, 12, and m and v as
+  // optimizer.state_dtype stores them, read and written: 28 (fp32), 20 (bf16), ~16 (int8).
+  double update_bytes_per_param = 28.0;
 };
 
 // The knobs a plan sets.

@@ -122,16 +122,6 @@ void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t*
 
 namespace {
 
-MomentView Offset(const MomentView& mv, int64_t b) {
-  MomentView r = mv;
-  const int64_t width = mv.dtype == MomentDtype::kFp32 ? 4 : mv.dtype == MomentDtype::kBf16 ? 2 : 1;
-  r.m = static_cast<char*>(mv.m) + b * width;
-  r.v = static_cast<char*>(mv.v) + b * width;
-  if (mv.m_scale != nullptr) r.m_scale = mv.m_scale + b / kMomentBlock;
-  if (mv.v_scale != nullptr) r.v_scale = mv.v_scale + b / kMomentBlock;
-  return r;
-}
-
 // Elements [b, e) of an AdamWUpdateStored call with kernel `isa`; b is a multiple of
 // kTile (so of kMomentBlock) and e - b at most kTile.
 void StoredTile(Isa isa, const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t b,
@@ -145,7 +135,7 @@ void StoredTile(Isa isa, const AdamWHyper& h, const std::vector<DecaySpan>& span
     for (int64_t i = 0; i < len; ++i) g[i] = WidenBf16(gp[b + i]);
     gt = g;
   }
-  const MomentView tile = Offset(mv, b);
+  const MomentView tile = OffsetMoments(mv, b);
   adamw_internal::DecodeMoments(isa, tile, len, m, v);
   AdamWHyper hs = h;
   for (const DecaySpan& s : spans) {

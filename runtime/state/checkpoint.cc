@@ -127,6 +127,7 @@ int64_t StepOfName(const std::string& name) {
 std::string HeaderJson(const CheckpointMeta& meta, const std::vector<CheckpointUnit>& units) {
   json units_json = json::array();
   for (const CheckpointUnit& u : units) units_json.push_back({{"name", u.name}, {"numel", u.numel}});
+  const MomentDtype moments = units.empty() ? MomentDtype::kFp32 : units[0].moments.dtype;
   json h = {{"format", "slidedp.checkpoint"},
             {"step", meta.step},
             {"adam_steps", meta.adam_steps},
@@ -137,12 +138,14 @@ std::string HeaderJson(const CheckpointMeta& meta, const std::vector<CheckpointU
             {"data_cursor", meta.data_cursor},
             {"config", meta.config_json},
             {"run_id", meta.run_id},
+            {"moment_dtype", MomentDtypeName(moments)},
             {"units", units_json}};
   return h.dump();
 }
 
 struct Header {
   CheckpointMeta meta;
+  MomentDtype moments = MomentDtype::kFp32;
   std::vector<std::pair<std::string, int64_t>> units;
   uint64_t bytes = 0;  // file bytes up to the end of the header
 };
@@ -186,6 +189,14 @@ absl::StatusOr<Header> ParseHeader(const std::string& path, const std::string& t
   // Absent in checkpoints written before run ids were recorded: no run id.
   if (h.contains("run_id")) {
     if (absl::Status s = Get(h, "run_id", path, &m.run_id); !s.ok()) return s;
+  }
+  // Absent in checkpoints written before compact moments: fp32.
+  if (h.contains("moment_dtype")) {
+    std::string name;
+    if (absl::Status s = Get(h, "moment_dtype", path, &name); !s.ok()) return s;
+    if (!ParseMomentDtype(name, &out.moments)) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": unknown moment_dtype '", Echo(name), "'"));
+    }
   }
   auto units = h.find("units");
   if (units == h.end() || !units->is_array()) {
@@ -334,9 +345,9 @@ absl::StatusOr<std::string> WriteCheckpoint(const std::string& dir, const Checkp
     if (w.ok()) w = WriteAll(f.fd, tmp, &header_bytes, 8, &sum);
     if (w.ok()) w = WriteAll(f.fd, tmp, header.data(), header.size(), &sum);
     for (const CheckpointUnit& u : units) {
-      const size_t n = static_cast<size_t>(u.numel) * sizeof(float);
-      for (const float* buf : {u.master, u.m, u.v}) {
-        if (w.ok()) w = WriteAll(f.fd, tmp, buf, n, &sum);
+      if (w.ok()) w = WriteAll(f.fd, tmp, u.master, static_cast<size_t>(u.numel) * sizeof(float), &sum);
+      for (const MomentBuffer& b : MomentBuffers(u.moments, u.numel)) {
+        if (w.ok()) w = WriteAll(f.fd, tmp, b.data, b.bytes, &sum);
       }
     }
     const uint64_t checksum = sum.Final();
@@ -391,6 +402,12 @@ absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " has ", h->units.size(),
                                                       " units; the model has ", units.size()));
   }
+  const MomentDtype wanted = units.empty() ? MomentDtype::kFp32 : units[0].moments.dtype;
+  if (h->moments != wanted) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " holds ", MomentDtypeName(h->moments), " AdamW moments; this job's optimizer.state_dtype is ",
+        MomentDtypeName(wanted), " (resume with state_dtype ", MomentDtypeName(h->moments), ")"));
+  }
   uint64_t expected = h->bytes + 16;
   for (size_t i = 0; i < units.size(); ++i) {
     if (h->units[i].first != units[i].name || h->units[i].second != units[i].numel) {
@@ -398,7 +415,8 @@ absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
           "checkpoint ", path, ": unit ", i, " is ", h->units[i].first, " with ", h->units[i].second,
           " elements; the model's is ", units[i].name, " with ", units[i].numel));
     }
-    expected += 3 * static_cast<uint64_t>(units[i].numel) * sizeof(float);
+    expected += static_cast<uint64_t>(units[i].numel) * sizeof(float);
+    for (const MomentBuffer& b : MomentBuffers(units[i].moments, units[i].numel)) expected += b.bytes;
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected) {
@@ -408,9 +426,11 @@ absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
   // In slices, so that a cancel or shutdown is seen within a second even when the
   // state is tens of GB (12 bytes a parameter).
   for (const CheckpointUnit& u : units) {
-    const size_t n = static_cast<size_t>(u.numel) * sizeof(float);
-    for (float* buf : {u.master, u.m, u.v}) {
-      char* bytes = reinterpret_cast<char*>(buf);
+    std::vector<MomentBuffer> bufs = {{u.master, static_cast<size_t>(u.numel) * sizeof(float)}};
+    for (const MomentBuffer& b : MomentBuffers(u.moments, u.numel)) bufs.push_back(b);
+    for (const MomentBuffer& buf : bufs) {
+      char* bytes = static_cast<char*>(buf.data);
+      const size_t n = buf.bytes;
       for (size_t done = 0; done < n; done += kStopCheckBytes) {
         if (absl::Status s = CheckStop(stop, absl::StrCat("reading checkpoint ", path)); !s.ok()) return s;
         if (absl::Status s = ReadAll(fd, path, bytes + done, std::min(kStopCheckBytes, n - done), &sum); !s.ok()) return s;

@@ -4,7 +4,9 @@
 // only random state the engine has: initialization and shuffling derive from it) and
 // the job's config. One file per checkpoint, "<dir>/ckpt-<step, 9 digits>.slidedp":
 //   "SLDPCKPT" | u32 version | u32 0 | u64 header bytes | header (JSON) |
-//   per unit: master, m, v (numel little-endian fp32 each) | u64 checksum | "SLDPEND\0"
+//   per unit: master (numel little-endian fp32), m, v as stored (the header's
+//   "moment_dtype", moment_codec.h: fp32, bf16, or int8 codes followed by m's and v's
+//   block scales) | u64 checksum | "SLDPEND\0"
 // The checksum covers every byte before it. A checkpoint is written to "<name>.tmp",
 // fsynced, renamed into place and the directory fsynced, so a crash or a full disk at
 // any point leaves the previous checkpoints as they were. No threads of its own; the
@@ -17,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/state/moment_codec.h"
 
 namespace slidedp {
 
@@ -38,15 +41,23 @@ struct CheckpointMeta {
   std::string run_id;
 };
 
-// One unit's buffers: for writing they are read, for reading they are filled. Each
-// points at `numel` floats.
+// One unit's buffers: for writing they are read, for reading they are filled. `master`
+// points at `numel` floats, `moments` at the unit's stored moments (every unit of a
+// checkpoint has the same moment dtype).
 struct CheckpointUnit {
   std::string name;  // e.g. "embedding", "block.3", "head"; must match on reading
   int64_t numel = 0;
   float* master = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
+  MomentView moments;
 };
+
+// fp32 moments m and v (numel floats each), as a CheckpointUnit's `moments`.
+inline MomentView Fp32Moments(float* m, float* v) {
+  MomentView mv;
+  mv.m = m;
+  mv.v = v;
+  return mv;
+}
 
 // "<dir>/ckpt-000000120.slidedp" for step 120.
 std::string CheckpointPath(const std::string& dir, int64_t step);
@@ -76,8 +87,8 @@ absl::StatusOr<std::string> NewestReadableCheckpoint(const std::string& dir, Che
 // the checksum (ReadCheckpoint does that); a header that does not parse is DATA_LOSS.
 absl::StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& path);
 
-// Reads checkpoint `path` into `units`, whose names and sizes must match the file's
-// (else FAILED_PRECONDITION naming the unit). A truncated file or a wrong checksum is
+// Reads checkpoint `path` into `units`, whose names, sizes and moment dtype must match
+// the file's (else FAILED_PRECONDITION naming the unit, or both dtypes). A truncated file or a wrong checksum is
 // DATA_LOSS naming the file. On error the buffers may be partly overwritten. `stop`
 // (may be null) is checked every 64 MiB: CANCELLED when it asks to stop.
 absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,

@@ -52,14 +52,34 @@ at::Tensor Alloc(int64_t n, at::ScalarType dtype, bool pin) {
 }  // namespace
 
 HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems,
-                     bool pin, bool fp32_grad)
-    : config_(config), layout_(BuildLayout(config)), compute_dtype_(compute_dtype), fp32_grad_(fp32_grad) {
+                     bool pin, bool fp32_grad, MomentDtype moments)
+    : config_(config),
+      layout_(BuildLayout(config)),
+      compute_dtype_(compute_dtype),
+      fp32_grad_(fp32_grad),
+      moment_dtype_(moments) {
   for (int u = 0; u < layout_.num_units(); ++u) {
     const int64_t n = layout_.units[u].numel;
     UnitState s;
     s.master = Alloc(n, at::kFloat, false);
-    s.m = Alloc(n, at::kFloat, false);
-    s.v = Alloc(n, at::kFloat, false);
+    switch (moments) {
+      case MomentDtype::kFp32:
+        s.m = Alloc(n, at::kFloat, false);
+        s.v = Alloc(n, at::kFloat, false);
+        break;
+      case MomentDtype::kBf16:
+        s.m = Alloc(n, at::kBFloat16, false);
+        s.v = Alloc(n, at::kBFloat16, false);
+        break;
+      case MomentDtype::kInt8: {
+        s.m = Alloc(n, at::kChar, false);
+        s.v = Alloc(n, at::kByte, false);
+        const int64_t blocks = (n + kMomentBlock - 1) / kMomentBlock;
+        s.m_scale = Alloc(blocks, at::kFloat, false);
+        s.v_scale = Alloc(blocks, at::kFloat, false);
+        break;
+      }
+    }
     s.params = Alloc(n, compute_dtype, pin);
     if (fp32_grad) s.grad = Alloc(n, at::kFloat, pin);
     units_.push_back(std::move(s));
@@ -129,11 +149,24 @@ void HostState::RefreshParams(int u, int64_t begin, int64_t end) {
 int64_t HostState::bytes() const {
   int64_t b = 0;
   for (const UnitState& s : units_) {
-    for (const at::Tensor* t : {&s.master, &s.m, &s.v, &s.params, &s.grad}) {
+    for (const at::Tensor* t : {&s.master, &s.m, &s.v, &s.m_scale, &s.v_scale, &s.params, &s.grad}) {
       if (t->defined()) b += t->numel() * static_cast<int64_t>(t->element_size());
     }
   }
   return b;
+}
+
+MomentView HostState::moments(int u) {
+  UnitState& s = units_[u];
+  MomentView mv;
+  mv.dtype = moment_dtype_;
+  mv.m = s.m.data_ptr();
+  mv.v = s.v.data_ptr();
+  if (s.m_scale.defined()) {
+    mv.m_scale = s.m_scale.data_ptr<float>();
+    mv.v_scale = s.v_scale.data_ptr<float>();
+  }
+  return mv;
 }
 
 void HostState::RefreshAllParams() {

@@ -1,5 +1,6 @@
 // HostState: the one authoritative training state of a job, in host memory, whatever
-// the number of workers: per unit the fp32 master weights, AdamW moments m and v, the
+// the number of workers: per unit the fp32 master weights, AdamW moments m and v (fp32,
+// bf16 or 8-bit with block scales: optimizer.state_dtype, moment_codec.h), the
 // copy that is streamed to the devices (compute dtype) and the fp32 gradient that the
 // workers' reductions land in. Buffers are allocated once.
 // Threads: workers read `params` and write `grad` of a unit only in the phases the
@@ -16,6 +17,7 @@
 #include "absl/status/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
+#include "runtime/state/moment_codec.h"
 
 namespace slidedp {
 
@@ -23,8 +25,10 @@ class StopToken;  // runtime/io/stop_token.h
 
 struct UnitState {
   at::Tensor master;  // fp32 [numel]
-  at::Tensor m;       // fp32 [numel]
-  at::Tensor v;       // fp32 [numel]
+  at::Tensor m;       // [numel] as stored: fp32, bf16, or int8 codes
+  at::Tensor v;       // [numel] as stored: fp32, bf16, or uint8 codes
+  at::Tensor m_scale; // int8 moments: fp32 [blocks of kMomentBlock]; otherwise undefined
+  at::Tensor v_scale;
   at::Tensor params;  // compute dtype [numel]: what is streamed to the devices
   at::Tensor grad;    // fp32 [numel]: the reduced gradient of the current step; undefined
                       // when gradients land in `params` (HostState::fp32_grad() false)
@@ -44,9 +48,10 @@ class HostState {
   // `fp32_grad` false: no fp32 gradient buffer; each unit's reduced gradient lands in
   // bf16 in its streamed copy `params` (free between the unit's last fetch of a step
   // and its update, which rewrites it), so the state is 14 bytes per parameter
-  // (needs compute dtype bf16).
+  // (needs compute dtype bf16). `moments`: how m and v are stored; with bf16 or int8,
+  // `chunk_elems` must be a multiple of kMomentBlock (validation says so).
   HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems, bool pin,
-            bool fp32_grad = true);
+            bool fp32_grad = true, MomentDtype moments = MomentDtype::kFp32);
 
   // Seeded random initialization as Hugging Face does it: weights ~ N(0, 0.02), norm
   // weights 1, biases 0. Identical for a seed on every machine (own generator).
@@ -73,6 +78,9 @@ class HostState {
   const std::vector<Chunk>& chunks(int u) const { return chunks_[u]; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
   bool fp32_grad() const { return fp32_grad_; }
+  MomentDtype moment_dtype() const { return moment_dtype_; }
+  // Unit `u`'s stored moments from its element 0.
+  MomentView moments(int u);
   // Bytes of host memory held by the state (all units, all buffers).
   int64_t bytes() const;
 
@@ -81,6 +89,7 @@ class HostState {
   ModelLayout layout_;
   at::ScalarType compute_dtype_;
   bool fp32_grad_;
+  MomentDtype moment_dtype_;
   std::vector<UnitState> units_;
   std::vector<std::vector<Chunk>> chunks_;
 };

@@ -39,6 +39,15 @@ bool ParseMomentDtype(std::string_view name, MomentDtype* out) {
   return false;
 }
 
+int64_t MomentWidth(MomentDtype dtype) {
+  return dtype == MomentDtype::kFp32 ? 4 : dtype == MomentDtype::kBf16 ? 2 : 1;
+}
+
+double MomentBytesPerParam(MomentDtype dtype) {
+  return 2.0 * static_cast<double>(MomentWidth(dtype)) +
+         (dtype == MomentDtype::kInt8 ? 8.0 / static_cast<double>(kMomentBlock) : 0.0);
+}
+
 int64_t MomentBytes(MomentDtype dtype, int64_t n) {
   switch (dtype) {
     case MomentDtype::kFp32:
@@ -49,6 +58,27 @@ int64_t MomentBytes(MomentDtype dtype, int64_t n) {
       return 2 * n + 8 * ((n + kMomentBlock - 1) / kMomentBlock);
   }
   return 8 * n;
+}
+
+MomentView OffsetMoments(const MomentView& mv, int64_t b) {
+  MomentView r = mv;
+  const int64_t width = MomentWidth(mv.dtype);
+  r.m = static_cast<char*>(mv.m) + b * width;
+  r.v = static_cast<char*>(mv.v) + b * width;
+  if (mv.m_scale != nullptr) r.m_scale = mv.m_scale + b / kMomentBlock;
+  if (mv.v_scale != nullptr) r.v_scale = mv.v_scale + b / kMomentBlock;
+  return r;
+}
+
+std::vector<MomentBuffer> MomentBuffers(const MomentView& mv, int64_t n) {
+  const size_t width = static_cast<size_t>(MomentWidth(mv.dtype));
+  std::vector<MomentBuffer> out = {{mv.m, static_cast<size_t>(n) * width}, {mv.v, static_cast<size_t>(n) * width}};
+  if (mv.dtype == MomentDtype::kInt8) {
+    const size_t blocks = static_cast<size_t>((n + kMomentBlock - 1) / kMomentBlock);
+    out.push_back({mv.m_scale, blocks * sizeof(float)});
+    out.push_back({mv.v_scale, blocks * sizeof(float)});
+  }
+  return out;
 }
 
 namespace adamw_internal {
@@ -71,14 +101,6 @@ inline float WidenBf16(uint16_t b) {
   return x;
 }
 
-// NaN and negatives to 0, then at most `hi`, then to the nearest integer (ties to even:
-// the default rounding mode, as the vector kernels' explicit mode).
-inline float CodeOf(float t, float hi) {
-  t = t > 0.0f ? t : 0.0f;
-  t = t < hi ? t : hi;
-  return std::nearbyint(t);
-}
-
 inline float AbsMax(const float* x, int64_t n) {
   float mx = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -88,32 +110,70 @@ inline float AbsMax(const float* x, int64_t n) {
   return mx;
 }
 
-constexpr float kSignedMax = 127.0f;
-constexpr float kUnsignedMax = 255.0f;
+inline uint32_t BitsOf(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+inline float FloatOf(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// The 8-bit float of the maps (moment_codec.h) with K mantissa bits: codes below 2^K
+// are subnormal (code * 2^-(14+K)); above, (code >> K) is the exponent field (1 for
+// 2^-14 .. 15 for 2^0) and the low K bits the mantissa. In fp32 bits, a normal code is
+// the value's bits shifted right by 23 - K, less kExpOffset << K.
+constexpr uint32_t kExpOffset = 127 - 15;
+constexpr float kSmallestNormal = 0x1p-14f;
+template <int K>
+constexpr float kSubnormalScale = static_cast<float>(1u << (14 + K));  // 2^(14+K)
+template <int K>
+constexpr float kSubnormalUnit = 1.0f / kSubnormalScale<K>;           // 2^-(14+K), exact
+
+// x in [0, 1] (NaN: 0) to its code, rounding to nearest even.
+template <int K>
+inline uint32_t EncodeUnitFloat(float x) {
+  if (!(x > 0.0f)) return 0;
+  if (x < kSmallestNormal) return static_cast<uint32_t>(std::nearbyint(x * kSubnormalScale<K>));
+  constexpr uint32_t s = 23 - K;
+  const uint32_t u = BitsOf(x);
+  return ((u + ((1u << (s - 1)) - 1) + ((u >> s) & 1u)) >> s) - (kExpOffset << K);
+}
+
+template <int K>
+inline float DecodeUnitFloat(uint32_t c) {
+  if (c < (1u << K)) return static_cast<float>(c) * kSubnormalUnit<K>;
+  return FloatOf((c + (kExpOffset << K)) << (23 - K));
+}
+
+constexpr int kMBits = 3;  // m: sign and e4m3 of |m| / absmax
+constexpr int kVBits = 4;  // v: e4m4 of sqrt(v / absmax)
 
 }  // namespace
 
 int8_t EncodeSigned8(float x, float absmax) {
-  const float q = CodeOf(std::sqrt(std::fabs(x) / absmax) * kSignedMax, kSignedMax);
-  const int qi = static_cast<int>(q);
-  return static_cast<int8_t>(x < 0.0f ? -qi : qi);
+  const int c = static_cast<int>(EncodeUnitFloat<kMBits>(std::fabs(x) / absmax));
+  return static_cast<int8_t>(x < 0.0f ? -c : c);
 }
 
 float DecodeSigned8(int8_t q, float absmax) {
-  const float r = static_cast<float>(q < 0 ? -q : q) / kSignedMax;
-  const float val = (r * r) * absmax;
+  const float val = DecodeUnitFloat<kMBits>(static_cast<uint32_t>(q < 0 ? -q : q)) * absmax;
   return q < 0 ? -val : val;
 }
 
 uint8_t EncodeUnsigned8(float x, float absmax) {
-  const float q = CodeOf(std::sqrt(std::sqrt(x / absmax)) * kUnsignedMax, kUnsignedMax);
-  return static_cast<uint8_t>(static_cast<int>(q));
+  const float r = std::sqrt(x / absmax);
+  uint32_t c = EncodeUnitFloat<kVBits>(r);
+  if (c == 0 && r > 0.0f) c = 1;  // a nonzero v stays nonzero: the update divides by it
+  return static_cast<uint8_t>(c);
 }
 
 float DecodeUnsigned8(uint8_t q, float absmax) {
-  const float r = static_cast<float>(q) / kUnsignedMax;
-  const float r2 = r * r;
-  return (r2 * r2) * absmax;
+  const float r = DecodeUnitFloat<kVBits>(q);
+  return (r * r) * absmax;
 }
 
 namespace {
@@ -188,11 +248,6 @@ void EncodeScalar(const MomentView& mv, int64_t n, const float* m, const float* 
 // pass-through operand makes GCC 12 warn.
 constexpr __mmask16 kAll16 = 0xFFFF;
 
-SLIDEDP_AVX512 inline __m512 Code512(__m512 t, __m512 hi) {
-  t = _mm512_maskz_max_ps(kAll16, t, _mm512_setzero_ps());  // NaN (first operand) -> 0
-  t = _mm512_maskz_min_ps(kAll16, t, hi);
-  return _mm512_maskz_roundscale_ps(kAll16, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
 
 SLIDEDP_AVX512 inline __m512 Abs512(__m512 x) {
   return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
@@ -223,6 +278,32 @@ SLIDEDP_AVX512 inline void StoreBf16x16(uint16_t* p, __m512 x) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(kAll16, r));
 }
 
+// EncodeUnitFloat and DecodeUnitFloat lane by lane.
+template <int K>
+SLIDEDP_AVX512 inline __m512i EncodeUnitFloat512(__m512 x) {
+  constexpr int s = 23 - K;
+  const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);  // NaN: false
+  const __mmask16 small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kSmallestNormal), _CMP_LT_OQ);
+  const __m512 scaled = _mm512_mul_ps(x, _mm512_set1_ps(kSubnormalScale<K>));
+  const __m512i cs = _mm512_maskz_cvttps_epi32(
+      kAll16, _mm512_maskz_roundscale_ps(kAll16, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, u, s), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_maskz_srli_epi32(
+      kAll16, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32((1 << (s - 1)) - 1)), lsb), s);
+  const __m512i cn = _mm512_sub_epi32(r, _mm512_set1_epi32(static_cast<int>(kExpOffset << K)));
+  return _mm512_maskz_mov_epi32(pos, _mm512_mask_mov_epi32(cn, small, cs));
+}
+
+template <int K>
+SLIDEDP_AVX512 inline __m512 DecodeUnitFloat512(__m512i c) {
+  const __mmask16 small = _mm512_cmp_epi32_mask(c, _mm512_set1_epi32(1 << K), _MM_CMPINT_LT);
+  const __m512 fs = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll16, c), _mm512_set1_ps(kSubnormalUnit<K>));
+  const __m512 fn = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+      kAll16, _mm512_add_epi32(c, _mm512_set1_epi32(static_cast<int>(kExpOffset << K))), 23 - K));
+  return _mm512_mask_mov_ps(fn, small, fs);
+}
+
 SLIDEDP_AVX512 void DecodeAvx512(const MomentView& mv, int64_t n, float* m, float* v) {
   if (mv.dtype == MomentDtype::kFp32) return DecodeScalar(mv, n, m, v);
   int64_t i = 0;
@@ -236,20 +317,17 @@ SLIDEDP_AVX512 void DecodeAvx512(const MomentView& mv, int64_t n, float* m, floa
   } else {
     const auto* qm = static_cast<const int8_t*>(mv.m);
     const auto* qv = static_cast<const uint8_t*>(mv.v);
-    const __m512 smax = _mm512_set1_ps(kSignedMax), umax = _mm512_set1_ps(kUnsignedMax);
     const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
     for (; i + 16 <= n; i += 16) {  // 16 divides the block: one scale per vector
       const __m512 sm = _mm512_set1_ps(mv.m_scale[i / kMomentBlock]);
       const __m512 sv = _mm512_set1_ps(mv.v_scale[i / kMomentBlock]);
       const __m512i cm = _mm512_maskz_cvtepi8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qm + i)));
-      const __m512 rm = _mm512_div_ps(_mm512_maskz_cvtepi32_ps(kAll16, _mm512_maskz_abs_epi32(kAll16, cm)), smax);
-      const __m512 valm = _mm512_mul_ps(_mm512_mul_ps(rm, rm), sm);
-      const __m512i sgn = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_cvtepi32_ps(kAll16, cm)), sign);
+      const __m512 valm = _mm512_mul_ps(DecodeUnitFloat512<kMBits>(_mm512_maskz_abs_epi32(kAll16, cm)), sm);
+      const __m512i sgn = _mm512_and_si512(cm, sign);  // negative codes: negative values
       _mm512_storeu_ps(m + i, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(valm), sgn)));
       const __m512i cv = _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + i)));
-      const __m512 rv = _mm512_div_ps(_mm512_maskz_cvtepi32_ps(kAll16, cv), umax);
-      const __m512 rv2 = _mm512_mul_ps(rv, rv);
-      _mm512_storeu_ps(v + i, _mm512_mul_ps(_mm512_mul_ps(rv2, rv2), sv));
+      const __m512 r = DecodeUnitFloat512<kVBits>(cv);
+      _mm512_storeu_ps(v + i, _mm512_mul_ps(_mm512_mul_ps(r, r), sv));
     }
   }
   for (; i < n; ++i) {  // the remainder, element by element with the scalar functions
@@ -280,7 +358,7 @@ SLIDEDP_AVX512 void EncodeAvx512(const MomentView& mv, int64_t n, const float* m
   }
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
-  const __m512 smax = _mm512_set1_ps(kSignedMax), umax = _mm512_set1_ps(kUnsignedMax);
+  const __m512i one = _mm512_set1_epi32(1);
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax512(m + b, len), sv = AbsMax512(v + b, len);
@@ -290,15 +368,14 @@ SLIDEDP_AVX512 void EncodeAvx512(const MomentView& mv, int64_t n, const float* m
     int64_t i = b;
     for (; i + 16 <= b + len; i += 16) {
       const __m512 xm = _mm512_loadu_ps(m + i);
-      const __m512 tm = Code512(_mm512_mul_ps(_mm512_maskz_sqrt_ps(kAll16, _mm512_div_ps(Abs512(xm), vsm)), smax), smax);
-      __m512i cm = _mm512_maskz_cvttps_epi32(kAll16, tm);
+      __m512i cm = EncodeUnitFloat512<kMBits>(_mm512_div_ps(Abs512(xm), vsm));
       const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
       cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
-      const __m512 xv = _mm512_loadu_ps(v + i);
-      const __m512 tv = Code512(
-          _mm512_mul_ps(_mm512_maskz_sqrt_ps(kAll16, _mm512_maskz_sqrt_ps(kAll16, _mm512_div_ps(xv, vsv))), umax), umax);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, _mm512_maskz_cvttps_epi32(kAll16, tv)));
+      const __m512 r = _mm512_maskz_sqrt_ps(kAll16, _mm512_div_ps(_mm512_loadu_ps(v + i), vsv));
+      const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
+      const __m512i cv = _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, EncodeUnitFloat512<kVBits>(r), one);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, cv));
     }
     for (; i < b + len; ++i) {
       qm[i] = EncodeSigned8(m[i], sm);
@@ -315,11 +392,6 @@ SLIDEDP_AVX2 inline __m256 Abs256(__m256 x) {
   return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
 }
 
-SLIDEDP_AVX2 inline __m256 Code256(__m256 t, __m256 hi) {
-  t = _mm256_max_ps(t, _mm256_setzero_ps());  // NaN (first operand) -> 0
-  t = _mm256_min_ps(t, hi);
-  return _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
 
 SLIDEDP_AVX2 float AbsMax256(const float* x, int64_t n) {
   __m256 mx = _mm256_setzero_ps();
@@ -335,6 +407,29 @@ SLIDEDP_AVX2 float AbsMax256(const float* x, int64_t n) {
 SLIDEDP_AVX2 inline __m256 WidenBf16x8(const uint16_t* p) {
   const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+template <int K>
+SLIDEDP_AVX2 inline __m256i EncodeUnitFloat256(__m256 x) {
+  constexpr int s = 23 - K;
+  const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));  // NaN: false
+  const __m256i small = _mm256_castps_si256(_mm256_cmp_ps(x, _mm256_set1_ps(kSmallestNormal), _CMP_LT_OQ));
+  const __m256i cs = _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kSubnormalScale<K>)),
+                                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, s), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32((1 << (s - 1)) - 1)), lsb), s);
+  const __m256i cn = _mm256_sub_epi32(r, _mm256_set1_epi32(static_cast<int>(kExpOffset << K)));
+  return _mm256_and_si256(_mm256_blendv_epi8(cn, cs, small), pos);
+}
+
+template <int K>
+SLIDEDP_AVX2 inline __m256 DecodeUnitFloat256(__m256i c) {
+  const __m256 small = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(1 << K), c));
+  const __m256 fs = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(kSubnormalUnit<K>));
+  const __m256 fn = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(c, _mm256_set1_epi32(static_cast<int>(kExpOffset << K))), 23 - K));
+  return _mm256_blendv_ps(fn, fs, small);
 }
 
 SLIDEDP_AVX2 void DecodeAvx2(const MomentView& mv, int64_t n, float* m, float* v) {
@@ -355,19 +450,17 @@ SLIDEDP_AVX2 void DecodeAvx2(const MomentView& mv, int64_t n, float* m, float* v
   }
   const auto* qm = static_cast<const int8_t*>(mv.m);
   const auto* qv = static_cast<const uint8_t*>(mv.v);
-  const __m256 smax = _mm256_set1_ps(kSignedMax), umax = _mm256_set1_ps(kUnsignedMax);
-  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   for (; i + 8 <= n; i += 8) {
     const __m256 sm = _mm256_set1_ps(mv.m_scale[i / kMomentBlock]);
     const __m256 sv = _mm256_set1_ps(mv.v_scale[i / kMomentBlock]);
     const __m256i cm = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qm + i)));
-    const __m256 rm = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_abs_epi32(cm)), smax);
-    const __m256 valm = _mm256_mul_ps(_mm256_mul_ps(rm, rm), sm);
-    _mm256_storeu_ps(m + i, _mm256_xor_ps(valm, _mm256_and_ps(_mm256_cvtepi32_ps(cm), sign)));
+    const __m256 valm = _mm256_mul_ps(DecodeUnitFloat256<kMBits>(_mm256_abs_epi32(cm)), sm);
+    const __m256i sgn = _mm256_and_si256(cm, sign);  // negative codes: negative values
+    _mm256_storeu_ps(m + i, _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(valm), sgn)));
     const __m256i cv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qv + i)));
-    const __m256 rv = _mm256_div_ps(_mm256_cvtepi32_ps(cv), umax);
-    const __m256 rv2 = _mm256_mul_ps(rv, rv);
-    _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_mul_ps(rv2, rv2), sv));
+    const __m256 r = DecodeUnitFloat256<kVBits>(cv);
+    _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_mul_ps(r, r), sv));
   }
   for (; i < n; ++i) {
     m[i] = DecodeSigned8(qm[i], mv.m_scale[i / kMomentBlock]);
@@ -379,7 +472,7 @@ SLIDEDP_AVX2 void EncodeAvx2(const MomentView& mv, int64_t n, const float* m, co
   if (mv.dtype != MomentDtype::kInt8) return EncodeScalar(mv, n, m, v);  // bf16: the loop vectorizes
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
-  const __m256 smax = _mm256_set1_ps(kSignedMax), umax = _mm256_set1_ps(kUnsignedMax);
+  const __m256i one = _mm256_set1_epi32(1);
   alignas(32) int32_t cm[8], cv[8];
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
@@ -390,14 +483,14 @@ SLIDEDP_AVX2 void EncodeAvx2(const MomentView& mv, int64_t n, const float* m, co
     int64_t i = b;
     for (; i + 8 <= b + len; i += 8) {
       const __m256 xm = _mm256_loadu_ps(m + i);
-      const __m256 tm = Code256(_mm256_mul_ps(_mm256_sqrt_ps(_mm256_div_ps(Abs256(xm), vsm)), smax), smax);
-      __m256i c = _mm256_cvttps_epi32(tm);
+      __m256i c = EncodeUnitFloat256<kMBits>(_mm256_div_ps(Abs256(xm), vsm));
       const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
       c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cm), c);
-      const __m256 tv = Code256(
-          _mm256_mul_ps(_mm256_sqrt_ps(_mm256_sqrt_ps(_mm256_div_ps(_mm256_loadu_ps(v + i), vsv))), umax), umax);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(cv), _mm256_cvttps_epi32(tv));
+      const __m256 r = _mm256_sqrt_ps(_mm256_div_ps(_mm256_loadu_ps(v + i), vsv));
+      const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
+      const __m256i cvv = _mm256_and_si256(_mm256_max_epi32(EncodeUnitFloat256<kVBits>(r), one), pos);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(cv), cvv);
       for (int k = 0; k < 8; ++k) {
         qm[i + k] = static_cast<int8_t>(cm[k]);
         qv[i + k] = static_cast<uint8_t>(cv[k]);

@@ -5,14 +5,19 @@
 // between a decode and an encode of the same tile (runtime/state/adamw.h; the tile kernels,
 // DecodeMoments and EncodeMoments, are in adamw_kernels.h), so memory is walked once.
 //
-// The 8-bit maps (each block scaled by its largest magnitude, `absmax`):
-//   m (signed):       code q in [-127, 127],  m = sign(q) * absmax * (|q| / 127)^2
-//   v (non-negative): code q in [0, 255],     v = absmax * (q / 255)^4
-// Encoding rounds to the nearest code in the map's own domain (sqrt(|m| / absmax) * 127,
-// (v / absmax)^(1/4) * 255), ties to even. The maps give small values finer steps than a
-// linear one: the smallest nonzero m is absmax / 16129, the smallest nonzero v absmax /
-// 4.2e9 (its square root, which the update divides by, sqrt(absmax) / 65025). Non-finite
-// inputs encode as 0 (the engine does not update on a non-finite step).
+// The 8-bit maps: each block is scaled by its largest magnitude (`absmax`, an fp32 scale
+// per block), and the scaled value x in [0, 1] is kept as a small float: a 4-bit
+// exponent (2^0 down to 2^-14, then subnormals) and K mantissa bits, rounded to nearest
+// even, so that every magnitude has about the same relative precision, as the dynamic
+// map of 8-bit Adam gives it:
+//   m (signed):       sign and x = |m| / absmax with K = 3 (steps of 1/8 relative;
+//                     down to absmax * 2^-17, smaller magnitudes become 0)
+//   v (non-negative): x = sqrt(v / absmax) with K = 4 (steps of 1/16 relative in
+//                     sqrt(v), the quantity the update divides by; a nonzero v never
+//                     becomes 0: at least absmax * 2^-36)
+// Precision where the values are matters more than the range: with a coarse map a
+// moment that changes by less than half a step per update stays where it is.
+// Non-finite inputs encode as 0 (the engine does not update on a non-finite step).
 // bf16: round to nearest even, as LibTorch converts.
 //
 // Every instruction set's kernel does the same IEEE operations (divisions and square
@@ -23,6 +28,9 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
+
+#include "runtime/train_config.h"
 
 
 namespace slidedp {
@@ -36,10 +44,15 @@ bool ParseMomentDtype(std::string_view name, MomentDtype* out);
 
 // Elements per quantization block of the 8-bit moments; blocks start at element 0 of a
 // unit, so update calls start at multiples of it.
-inline constexpr int64_t kMomentBlock = 256;
+inline constexpr int64_t kMomentBlock = kInt8MomentBlock;
 
+// Bytes of one stored element of m (or v), scales not counted: 4, 2, 1.
+int64_t MomentWidth(MomentDtype dtype);
 // Host bytes of m and v together for `n` parameters, scales included.
 int64_t MomentBytes(MomentDtype dtype, int64_t n);
+
+// The same per parameter of a large unit (partial blocks not counted): 8, 4, 2 + 8/256.
+double MomentBytesPerParam(MomentDtype dtype);
 
 // One range of stored moments, pointers at its first element (for int8, at the first
 // element of a block, and the scales at that block's).
@@ -50,6 +63,17 @@ struct MomentView {
   float* m_scale = nullptr;   // int8: one absmax per block; otherwise null
   float* v_scale = nullptr;
 };
+
+// The view of elements from `b` on; for int8, b must be a multiple of kMomentBlock.
+MomentView OffsetMoments(const MomentView& mv, int64_t b);
+
+// The byte ranges of the stored moments of `n` elements (view at element 0), in the
+// order a checkpoint holds them: m, v, then (int8) m's scales, v's scales.
+struct MomentBuffer {
+  void* data;
+  size_t bytes;
+};
+std::vector<MomentBuffer> MomentBuffers(const MomentView& mv, int64_t n);
 
 namespace adamw_internal {
 

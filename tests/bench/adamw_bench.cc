@@ -1,6 +1,8 @@
 // adamw_bench: CPU AdamW throughput of slidedp's AdamWUpdate against LibTorch's own
 // torch::optim::AdamW on the same tensors, at one thread and at every available core,
-// and how far apart their results are after a few steps.
+// and how far apart their results are after a few steps; then the update as the engine
+// runs it on the GPU path (the bf16 gradient in the streamed bf16 copy, which the update
+// rewrites) with each moment dtype of optimizer.state_dtype (fp32, bf16, int8).
 // Usage: adamw_bench [SIZE...]   sizes in parameters, with an optional K/M/G
 // suffix (decimal); default 1M 16M. Example: adamw_bench 16M 134M
 // Threads: main only (plus both libraries' own pools).
@@ -196,6 +198,53 @@ void BenchSize(int64_t n, const std::vector<int>& thread_counts) {
   std::fflush(stdout);
 }
 
+// The engine's update with bf16 gradients in the streamed copy, per moment dtype, at
+// each thread count: parameters per second and the bytes each moves per parameter
+// (master 8, copy 2 + 2, moments as stored).
+void BenchMomentDtypes(int64_t n, const std::vector<int>& thread_counts) {
+  at::manual_seed(1234);
+  const at::Tensor p0 = at::randn({n});
+  const at::Tensor g0 = (at::randn({n}) * 1e-2).to(at::kBFloat16);
+  std::printf("\n== %lld parameters, bf16 gradient in the streamed copy, by optimizer.state_dtype\n",
+              static_cast<long long>(n));
+  std::printf("%8s  %6s  %12s  %8s  %10s  %8s\n", "threads", "dtype", "Mparam/s", "vs fp32", "bytes/param",
+              "GB/s");
+  for (int threads : thread_counts) {
+    double fp32_rate = 0;
+    for (MomentDtype d : {MomentDtype::kFp32, MomentDtype::kBf16, MomentDtype::kInt8}) {
+      at::Tensor p = p0.clone(), gp = g0.clone();
+      const int64_t width = MomentWidth(d);
+      at::Tensor m = at::zeros({n * width}, at::kByte), v = at::zeros({n * width}, at::kByte);
+      at::Tensor scales = at::zeros({2 * ((n + kMomentBlock - 1) / kMomentBlock)}, at::kFloat);
+      MomentView mv;
+      mv.dtype = d;
+      mv.m = m.data_ptr();
+      mv.v = v.data_ptr();
+      if (d == MomentDtype::kInt8) {
+        mv.m_scale = scales.data_ptr<float>();
+        mv.v_scale = mv.m_scale + scales.numel() / 2;
+      }
+      AdamWHyper h = Hyper();
+      const std::vector<DecaySpan> spans = {{0, n, h.weight_decay}};
+      auto* gpp = static_cast<uint16_t*>(gp.data_ptr());
+      const double rate = n * StepsPerSecond([&] {
+        ++h.step;
+        if (d == MomentDtype::kFp32) {  // the engine's fp32 path: today's kernel
+          AdamWUpdateBf16Grad(h, n, p.data_ptr<float>(), gpp, static_cast<float*>(mv.m),
+                              static_cast<float*>(mv.v), threads);
+        } else {
+          AdamWUpdateStored(h, spans, n, p.data_ptr<float>(), nullptr, gpp, mv, threads);
+        }
+      });
+      if (d == MomentDtype::kFp32) fp32_rate = rate;
+      const double bytes = 12.0 + static_cast<double>(MomentBytes(d, n)) * 2 / n;
+      std::printf("%8d  %6s  %12.1f  %7.2fx  %10.2f  %8.1f\n", threads, MomentDtypeName(d), rate / 1e6,
+                  rate / fp32_rate, bytes, rate * bytes / 1e9);
+    }
+  }
+  std::fflush(stdout);
+}
+
 int Main(int argc, char** argv) {
   std::vector<int64_t> sizes;
   for (int i = 1; i < argc; ++i) {
@@ -217,6 +266,7 @@ int Main(int argc, char** argv) {
               adamw_internal::IsaName(adamw_internal::BestIsa()), cpus, TORCH_VERSION);
   std::printf("(* 28 bytes moved per parameter: read p, g, m, v; write p, m, v)\n");
   for (int64_t n : sizes) BenchSize(n, threads);
+  for (int64_t n : sizes) BenchMomentDtypes(n, threads);
   return 0;
 }
 

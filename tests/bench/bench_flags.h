@@ -18,7 +18,8 @@ inline std::string Flag(int argc, char** argv, const std::string& name, const st
 }
 
 // The job fields every benchmark takes: --model (qwen2.5-3b), --device (cuda),
-// --workers (1), --seq_len (4096); a small learning rate.
+// --workers (1), --seq_len (4096), --state_dtype (fp32: optimizer.state_dtype); a small
+// learning rate.
 inline TrainConfig BenchConfig(int argc, char** argv) {
   TrainConfig c;
   c.model = Flag(argc, argv, "model", "qwen2.5-3b");
@@ -26,6 +27,7 @@ inline TrainConfig BenchConfig(int argc, char** argv) {
   c.workers = std::stoi(Flag(argc, argv, "workers", "1"));
   c.seq_len = std::stoll(Flag(argc, argv, "seq_len", "4096"));
   c.optimizer.lr = 1e-5;
+  c.optimizer.state_dtype = Flag(argc, argv, "state_dtype", "fp32");
   return c;
 }
 

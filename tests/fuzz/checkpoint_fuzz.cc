@@ -12,8 +12,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = slidedp::fuzz::InputAsFile(data, size);
   (void)slidedp::ReadCheckpointMeta(path);
   std::vector<float> a(3 * 4), b(3 * 2);
-  std::vector<slidedp::CheckpointUnit> units = {{"unit0", 4, &a[0], &a[4], &a[8]},
-                                                {"unit1", 2, &b[0], &b[2], &b[4]}};
+  std::vector<slidedp::CheckpointUnit> units = {
+      {"unit0", 4, &a[0], slidedp::Fp32Moments(&a[4], &a[8])},
+      {"unit1", 2, &b[0], slidedp::Fp32Moments(&b[2], &b[4])}};
   (void)slidedp::ReadCheckpoint(path, units);
   return 0;
 }
