@@ -409,7 +409,7 @@ TEST(EngineEval, EvalLossEqualsPlainForwardOfTheStepsWeights) {
   ASSERT_TRUE(stats[2].eval_loss.has_value());
 
   // Steps 1..2 again, for the weights after step 2 (the same trajectory: the eval
-  // changed nothing, which tests/trainer_eval_test.cc checks bit for bit).
+  // changed nothing, which tests/runtime/engine/trainer_eval_test.cc checks bit for bit).
   TrainConfig two = tc;
   two.steps = 2;
   TrainerInputs again;
