@@ -21,6 +21,7 @@
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
 #include "tests/documents_dataset.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
@@ -157,16 +158,11 @@ Weights ReferenceTrain(const ModelConfig& c, const Weights& init, const TrainCon
 }
 
 TrainConfig BaseConfig(const std::string& model_dir) {
-  TrainConfig tc;
+  TrainConfig tc = testing::TinyTrainConfig(/*steps=*/5);
   tc.model = model_dir;
-  tc.data.format = "synthetic";
   tc.seq_len = 16;
-  tc.micro_batch_size = 2;
   tc.grad_accum = 2;
-  tc.workers = 2;
-  tc.steps = 5;
   tc.seed = 42;
-  tc.optimizer.lr = 3e-3;
   tc.optimizer.warmup_steps = 2;
   tc.optimizer.schedule = "cosine";
   tc.optimizer.weight_decay = 0.1;
