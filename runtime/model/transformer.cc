@@ -1,5 +1,6 @@
 // Transformer math: see transformer.h. Matches Hugging Face's Llama/Qwen2/Qwen3 eager
-// implementations (tests/hf_reference_test.cc checks it against saved fixtures).
+// implementations (tests/runtime/model/hf_reference_test.cc checks it against saved
+// fixtures).
 #include "runtime/model/transformer.h"
 
 #include <algorithm>

@@ -18,20 +18,15 @@
 #include "runtime/engine/trainer.h"
 #include "runtime/plan/calibration.h"
 #include "runtime/plan/plan_manager.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
 
 TrainConfig Tiny() {
-  TrainConfig c;
-  c.model = "tiny";
-  c.data.format = "synthetic";
-  c.seq_len = 32;
+  TrainConfig c = testing::TinyTrainConfig(/*steps=*/4);
   c.micro_batch_size = 4;
-  c.grad_accum = 1;
   c.workers = 1;
-  c.steps = 4;
-  c.optimizer.lr = 3e-3;
   c.policy.replan_threshold = 1e9;  // no re-plan midway: the report names the knobs that ran
   return c;
 }

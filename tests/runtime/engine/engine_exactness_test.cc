@@ -21,6 +21,7 @@
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
 #include "tests/documents_dataset.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
@@ -157,16 +158,11 @@ Weights ReferenceTrain(const ModelConfig& c, const Weights& init, const TrainCon
 }
 
 TrainConfig BaseConfig(const std::string& model_dir) {
-  TrainConfig tc;
+  TrainConfig tc = testing::TinyTrainConfig(/*steps=*/5);
   tc.model = model_dir;
-  tc.data.format = "synthetic";
   tc.seq_len = 16;
-  tc.micro_batch_size = 2;
   tc.grad_accum = 2;
-  tc.workers = 2;
-  tc.steps = 5;
   tc.seed = 42;
-  tc.optimizer.lr = 3e-3;
   tc.optimizer.warmup_steps = 2;
   tc.optimizer.schedule = "cosine";
   tc.optimizer.weight_decay = 0.1;
@@ -409,7 +405,7 @@ TEST(EngineEval, EvalLossEqualsPlainForwardOfTheStepsWeights) {
   ASSERT_TRUE(stats[2].eval_loss.has_value());
 
   // Steps 1..2 again, for the weights after step 2 (the same trajectory: the eval
-  // changed nothing, which tests/trainer_eval_test.cc checks bit for bit).
+  // changed nothing, which tests/runtime/engine/trainer_eval_test.cc checks bit for bit).
   TrainConfig two = tc;
   two.steps = 2;
   TrainerInputs again;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/engine/trainer.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
@@ -272,13 +273,7 @@ TEST(Checkpoint, FullDiskFailsClearlyAndKeepsThePreviousCheckpoint) {
 }
 
 TrainConfig Tiny(int steps) {
-  TrainConfig c;
-  c.model = "tiny";
-  c.seq_len = 32;
-  c.micro_batch_size = 2;
-  c.workers = 2;
-  c.steps = steps;
-  c.optimizer.lr = 3e-3;
+  TrainConfig c = testing::TinyTrainConfig(steps);
   c.optimizer.warmup_steps = 2;
   c.optimizer.weight_decay = 0.01;
   c.policy.update_threads = 1;

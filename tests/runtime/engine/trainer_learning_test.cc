@@ -7,20 +7,15 @@
 #include <cmath>
 
 #include "runtime/engine/trainer.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
 
 TrainConfig Demo() {
-  TrainConfig c;
-  c.model = "tiny";
-  c.data.format = "synthetic";
+  TrainConfig c = testing::TinyTrainConfig(/*steps=*/60);
   c.seq_len = 64;
   c.micro_batch_size = 4;
-  c.grad_accum = 1;
-  c.workers = 2;
-  c.steps = 60;
-  c.optimizer.lr = 3e-3;
   c.optimizer.warmup_steps = 5;
   c.optimizer.weight_decay = 0.01;
   return c;
