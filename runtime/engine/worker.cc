@@ -1,6 +1,7 @@
 // Worker: see worker.h. The step loop of one worker reads top to bottom in Step().
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
+#include "runtime/engine/exception_status.h"
 #include "runtime/engine/fault_injection.h"
 #include "runtime/model/fused_ops.h"
 
@@ -46,13 +47,9 @@ ActivationPlan Activations(const TrainConfig& config, const HostState& state, De
                            streams->MemoryTotal());
 }
 
-// Thrown at a StopPoint: the job was asked to stop (cancel, shutdown).
-struct Stopped : std::exception {
-  const char* what() const noexcept override { return "stopped (cancel or shutdown requested)"; }
-};
-
 absl::Status FromException(const std::exception& e) {
-  if (dynamic_cast<const Stopped*>(&e) != nullptr) return absl::CancelledError(e.what());
+  // A status thrown on the way (a stop, a failed landing) keeps its code.
+  if (const auto* s = dynamic_cast<const StatusException*>(&e)) return s->status();
   const std::string what = e.what();
   // LibTorch reports a CUDA allocation failure as "CUDA out of memory"; the policy can
   // shrink the plan and retry on ResourceExhausted.
@@ -177,7 +174,7 @@ absl::StatusOr<WorkerStepResult> Worker::RunEval(int64_t step, const WorkerBatch
 }
 
 void Worker::StopPoint() const {
-  if (StopRequested(stop_)) throw Stopped();
+  if (StopRequested(stop_)) throw StatusException(absl::CancelledError("stopped (cancel or shutdown requested)"));
 }
 
 void Worker::AbortCollectives() {
@@ -397,8 +394,7 @@ void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult&
   const int k = u == 0 ? 2 : next_gacc_;
   if (!DeviceReducesGradient(grad_route_, shared_->world)) {
     // The host sums from one landing buffer per rank: the previous sum must be done.
-    absl::Status s = lander_.WaitIdle();
-    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+    ThrowIfError(lander_.WaitIdle());  // with its code
   }
   const Event ready = streams_->Record(StreamKind::kCompute);
   const Landing l = IssueGradLanding(grad_route_, rank_, *shared_, *state_, u, step, grad, ready,
@@ -412,6 +408,7 @@ void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult&
   Span(StreamKind::kD2H, "land " + UnitName(u, state_->num_units()), ready, l.copied);
   const LandingBuffers* bufs = &land_bufs_[k];
   lander_.Push([this, l, bufs] {
+    if (absl::Status injected = MaybeInjectLandingFailure(); !injected.ok()) return injected;
     return CompleteGradLanding(grad_route_, rank_, *shared_, *state_, l, *bufs, *streams_, *pipeline_);
   });
 }

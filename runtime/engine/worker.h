@@ -81,7 +81,7 @@ class Worker {
   Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
          RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
          StepTrace* trace, const StopToken* stop);
-  // Throws Stopped (worker.cc) when the job was asked to stop.
+  // Throws a StatusException of CANCELLED when the job was asked to stop.
   void StopPoint() const;
   WorkerStepResult Step(int64_t step, const WorkerBatch& batch, double inv_tokens);
   WorkerStepResult Eval(int64_t step, const WorkerBatch& batch);
