@@ -35,12 +35,6 @@ int64_t LossChunk(int64_t loss_chunk_tokens, int64_t rows) {
   return std::max<int64_t>(1, loss_chunk_tokens / std::max<int64_t>(1, rows));
 }
 
-std::string UnitName(int u, int units) {
-  if (u == 0) return "embed";
-  if (u == units - 1) return "head";
-  return absl::StrCat("block ", u - 1);
-}
-
 // Activation placement and MLP tiles for this worker's device (activation_policy.h).
 ActivationPlan Activations(const TrainConfig& config, const HostState& state, DeviceStreams* streams) {
   return ChooseActivations(config, state.config(), static_cast<int64_t>(at::elementSize(state.compute_dtype())),

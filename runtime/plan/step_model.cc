@@ -175,12 +175,6 @@ struct HostThread {
   }
 };
 
-std::string UnitLabel(int u, int units) {
-  if (u == 0) return "embedding";
-  if (u == units - 1) return "head";
-  return absl::StrCat("block ", u - 1);
-}
-
 class StepReplay {
  public:
   StepReplay(const ModelShape& shape, const JobShape& job, const PlanKnobs& k, const Rates& rates)
@@ -255,11 +249,11 @@ int StepReplay::Fetch(int item, bool backward_phase) {
   const bool scatter = W_ > 1 && k_.policy.param_route == "scatter_allgather";
   const int64_t bytes = (scatter ? CeilDiv(numel, W_) : numel) * job_.param_bytes;
   h2d_bytes += bytes;
-  const std::string what = absl::StrCat("upload ", UnitLabel(u, U_));
+  const std::string what = absl::StrCat("upload ", UnitName(u, U_));
   int op = r_.Add(kResH2d, what, H2dSeconds(bytes, backward_phase), {slot_free_[item % S]}, host_.t, host_.cause);
   Sync(op);
   if (scatter) {
-    op = r_.Add(kResCollective, "all-gather " + UnitLabel(u, U_), CollectiveSeconds(numel * job_.param_bytes), {op},
+    op = r_.Add(kResCollective, "all-gather " + UnitName(u, U_), CollectiveSeconds(numel * job_.param_bytes), {op},
                 host_.t, host_.cause);
     Sync(op);
   }
@@ -274,16 +268,16 @@ void StepReplay::Land(int u, int compute_op) {
   int dep = compute_op;
   int64_t down = numel;
   if (W_ > 1 && route == "reduce_scatter") {
-    dep = r_.Add(kResCollective, "reduce-scatter " + UnitLabel(u, U_), CollectiveSeconds(numel * 4), {dep},
+    dep = r_.Add(kResCollective, "reduce-scatter " + UnitName(u, U_), CollectiveSeconds(numel * 4), {dep},
                  host_.t, host_.cause);
     down = CeilDiv(numel, W_);
   } else if (W_ > 1 && route == "reduce_one") {
-    dep = r_.Add(kResCollective, "reduce " + UnitLabel(u, U_), CollectiveSeconds(numel * 4), {dep}, host_.t,
+    dep = r_.Add(kResCollective, "reduce " + UnitName(u, U_), CollectiveSeconds(numel * 4), {dep}, host_.t,
                  host_.cause);
   }
   const int64_t bytes = down * (bf16_landing_ ? 2 : 4);
   d2h_bytes += bytes;
-  const int copy = r_.Add(kResD2h, "land " + UnitLabel(u, U_), D2hSeconds(bytes, true), {dep}, host_.t, host_.cause);
+  const int copy = r_.Add(kResD2h, "land " + UnitName(u, U_), D2hSeconds(bytes, true), {dep}, host_.t, host_.cause);
   Sync(copy);
   if (u == 0) {
     emb_free_ = copy;
@@ -294,7 +288,7 @@ void StepReplay::Land(int u, int compute_op) {
   // The landing thread: waits for the copy, sums W buffers on the host if the route
   // does (fp32 reads of W buffers and a write).
   const double sum_s = host_sum ? static_cast<double>(numel) * 4 * (W_ + 1) / (rates_.host_memory_gbps * 1e9) : 0.0;
-  lander_ = r_.Add("landing", "landed " + UnitLabel(u, U_), sum_s, {copy, lander_}, host_.t, host_.cause);
+  lander_ = r_.Add("landing", "landed " + UnitName(u, U_), sum_s, {copy, lander_}, host_.t, host_.cause);
   landed_[u] = lander_;
   Sync(lander_);
 }
@@ -337,12 +331,12 @@ int StepReplay::Step(double start, int start_cause) {
     const int acquire = fetched_[item];
     if (offload) {
       // The unit's input goes down once the compute stream produced it.
-      saved[u] = r_.Add(kResD2h, "offload " + UnitLabel(u, U_), D2hSeconds(act_bytes, false), {c}, host_.t,
+      saved[u] = r_.Add(kResD2h, "offload " + UnitName(u, U_), D2hSeconds(act_bytes, false), {c}, host_.t,
                         host_.cause);
       d2h_bytes += act_bytes;
       Sync(saved[u]);
     }
-    c = Compute("forward " + UnitLabel(u, U_), T * rates_.forward_s + launch, {acquire});
+    c = Compute("forward " + UnitName(u, U_), T * rates_.forward_s + launch, {acquire});
     slot_free_[item % S] = c;
     ++item;
     fetch_next(false);
@@ -365,7 +359,7 @@ int StepReplay::Step(double start, int start_cause) {
 
   int restored = -1;
   if (offload && head > 1) {
-    restored = r_.Add(kResH2d, "restore " + UnitLabel(head - 1, U_), H2dSeconds(act_bytes, true), {saved[head - 1]},
+    restored = r_.Add(kResH2d, "restore " + UnitName(head - 1, U_), H2dSeconds(act_bytes, true), {saved[head - 1]},
                       host_.t, host_.cause);
     h2d_bytes += act_bytes;
     Sync(restored);
@@ -380,12 +374,12 @@ int StepReplay::Step(double start, int start_cause) {
     fetch_next(true);
     const int inputs = restored;
     if (offload && u > 1) {
-      restored = r_.Add(kResH2d, "restore " + UnitLabel(u - 1, U_), H2dSeconds(act_bytes, true), {saved[u - 1]},
+      restored = r_.Add(kResH2d, "restore " + UnitName(u - 1, U_), H2dSeconds(act_bytes, true), {saved[u - 1]},
                         host_.t, host_.cause);
       h2d_bytes += act_bytes;
       Sync(restored);
     }
-    c = Compute("backward " + UnitLabel(u, U_),
+    c = Compute("backward " + UnitName(u, U_),
                 block_bwd + rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
                 {acquire, inputs, gacc_free_[next_gacc_]});
     slot_free_[it % S] = c;
@@ -428,7 +422,7 @@ void StepReplay::Updates() {
     }
     done[pick] = true;
     const double seconds = static_cast<double>(shape_.unit_params[pick]) / rates_.adamw_params_per_s;
-    update_thread_ = r_.Add(kResCpuUpdate, "update " + UnitLabel(pick, U_), seconds, {avail_cause[pick]}, 0.0, -1);
+    update_thread_ = r_.Add(kResCpuUpdate, "update " + UnitName(pick, U_), seconds, {avail_cause[pick]}, 0.0, -1);
     updated_[pick] = update_thread_;
   }
 }
