@@ -14,6 +14,7 @@ namespace {
 std::atomic<int> countdown{-1};
 std::atomic<bool> host_allocation{false};
 std::atomic<bool> landing_armed{false};
+std::atomic<std::vector<RecordedSlotEvent>*> slot_log{nullptr};
 
 ABSL_CONST_INIT absl::Mutex mu(absl::kConstInit);
 
@@ -53,6 +54,17 @@ absl::Status MaybeInjectLandingFailure() {
   absl::MutexLock lock(&mu);
   if (!landing_armed.exchange(false)) return absl::OkStatus();
   return LandingFailure();
+}
+
+void RecordSlotEvents(std::vector<RecordedSlotEvent>* log) {
+  absl::MutexLock lock(&mu);
+  slot_log.store(log);
+}
+
+void MaybeRecordSlotEvent(int rank, int64_t step, StepSchedule::Event event) {
+  if (slot_log.load(std::memory_order_relaxed) == nullptr) return;
+  absl::MutexLock lock(&mu);
+  if (std::vector<RecordedSlotEvent>* log = slot_log.load()) log->push_back({rank, step, event});
 }
 
 }  // namespace slidedp

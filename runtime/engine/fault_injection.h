@@ -3,10 +3,16 @@
 // RESOURCE_EXHAUSTED), so that the policy's shrink-and-retry path is testable on the
 // CPU device; one makes the host state's allocation throw std::bad_alloc, as an
 // allocation the admission did not foresee would; one makes a gradient landing fail
-// with a given status. Process-wide and armed once; any thread (atomic).
+// with a given status; and one records the order in which workers fetch, take and
+// release their parameter slots, to check it against the StepSchedule. Process-wide
+// and armed once; any thread (atomic, the record locked).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "runtime/plan/step_schedule.h"
 
 namespace slidedp {
 
@@ -30,5 +36,18 @@ void InjectLandingFailure(absl::Status status);
 // The landing thread, before it completes a landing: the injected status when armed
 // (and disarms), else OK.
 absl::Status MaybeInjectLandingFailure();
+
+// One worker's slot event (StepSchedule::Event) of step `step` (RunStep and RunEval).
+struct RecordedSlotEvent {
+  int rank = 0;
+  int64_t step = 0;
+  StepSchedule::Event event;
+};
+
+// While `log` is set (nullptr: stop), every worker appends its slot events to it.
+void RecordSlotEvents(std::vector<RecordedSlotEvent>* log);
+
+// Worker: appends the event when recording.
+void MaybeRecordSlotEvent(int rank, int64_t step, StepSchedule::Event event);
 
 }  // namespace slidedp
