@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/engine/routes.h"
+#include "runtime/plan/step_schedule.h"
 
 namespace slidedp {
 namespace {
@@ -226,7 +227,7 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
     // "auto" the placement depends on the GPU's size: not counted (a floor).
     if (config.policy.activations == "host") n.activations = W * kept;
   } else {
-    const double S = std::max(1, config.policy.prefetch_depth) + 2;
+    const double S = StepSchedule::SlotsFor(config.policy.prefetch_depth);
     // Parameter slots, two fp32 accumulators and the embedding's, bf16 landing buffers.
     n.worker_buffers = W * (S * u.max_unit * dt + (2 * u.max_rest + u.embedding) * 4 +
                             (bf16_landing ? (2 * u.max_rest + u.embedding) * dt : 0));

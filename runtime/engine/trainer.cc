@@ -30,6 +30,7 @@
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_checkpoint.h"
+#include "runtime/model/param_layout.h"
 #include "runtime/plan/calibration.h"
 #include "runtime/plan/plan_manager.h"
 #include "runtime/state/checkpoint.h"
@@ -49,16 +50,6 @@ absl::StatusOr<ModelConfig> ResolveModel(const std::string& model, bool* from_di
         preset.status().message(), ")"));
   }
   return preset;
-}
-
-// "embedding", "block.3", "head": a unit's name in checkpoints and messages.
-std::string UnitName(const UnitLayout& u) {
-  switch (u.kind) {
-    case UnitKind::kEmbedding: return "embedding";
-    case UnitKind::kHead: return "head";
-    case UnitKind::kBlock: break;
-  }
-  return absl::StrCat("block.", u.layer);
 }
 
 // The first field that shapes the training trajectory and differs between the job that
@@ -165,7 +156,7 @@ std::vector<CheckpointUnit> EngineTrainer::CheckpointUnits() {
   std::vector<CheckpointUnit> units;
   for (int u = 0; u < state_->num_units(); ++u) {
     UnitState& us = state_->unit(u);
-    units.push_back(CheckpointUnit{UnitName(state_->layout().units[u]), state_->layout().units[u].numel,
+    units.push_back(CheckpointUnit{UnitName(u, state_->num_units()), state_->layout().units[u].numel,
                                    us.master.data_ptr<float>(), us.m.data_ptr<float>(),
                                    us.v.data_ptr<float>()});
   }
@@ -266,7 +257,7 @@ absl::Status EngineTrainer::AfterStep(const StepUpdateSummary& u, StepStats& s) 
     ++skipped_steps_;
     ++bad_in_row_;
     s.bad_unit = u.bad_unit;
-    if (u.bad_unit >= 0) s.bad_unit_name = UnitName(state_->layout().units[u.bad_unit]);
+    if (u.bad_unit >= 0) s.bad_unit_name = UnitName(u.bad_unit, state_->num_units());
   } else {
     bad_in_row_ = 0;
   }

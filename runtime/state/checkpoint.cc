@@ -34,6 +34,14 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{64} << 20;
 constexpr const char* kPrefix = "ckpt-";
 constexpr const char* kSuffix = ".slidedp";
 
+// Whether a unit name in a file's header is the model's `name`. Checkpoints written
+// before units had one name (UnitName) call block 3 "block.3": they still read.
+bool SameUnitName(const std::string& in_file, const std::string& name) {
+  if (in_file == name) return true;
+  return absl::StartsWith(in_file, "block.") && absl::StartsWith(name, "block ") &&
+         in_file.substr(6) == name.substr(6);
+}
+
 // 64-bit word-wise FNV-style checksum: fast enough for tens of GB (8 bytes per multiply),
 // and any split of the input into Update() calls gives the same result.
 class Checksum {
@@ -393,7 +401,7 @@ absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
   }
   uint64_t expected = h->bytes + 16;
   for (size_t i = 0; i < units.size(); ++i) {
-    if (h->units[i].first != units[i].name || h->units[i].second != units[i].numel) {
+    if (!SameUnitName(h->units[i].first, units[i].name) || h->units[i].second != units[i].numel) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint ", path, ": unit ", i, " is ", h->units[i].first, " with ", h->units[i].second,
           " elements; the model's is ", units[i].name, " with ", units[i].numel));

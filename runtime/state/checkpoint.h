@@ -41,7 +41,8 @@ struct CheckpointMeta {
 // One unit's buffers: for writing they are read, for reading they are filled. Each
 // points at `numel` floats.
 struct CheckpointUnit {
-  std::string name;  // e.g. "embedding", "block.3", "head"; must match on reading
+  std::string name;  // UnitName: "embedding", "block 3", "head"; must match on reading
+                    // (an older file's "block.3" reads as "block 3")
   int64_t numel = 0;
   float* master = nullptr;
   float* m = nullptr;
