@@ -70,7 +70,8 @@ if [[ ${#library[@]} -gt 0 ]]; then
     [[ -n "$lib" ]] || continue
     # Strong definitions only: an inline function or template that a lower layer uses
     # it emits itself (weak), so an undefined symbol below names real code above.
-    nm -g --defined-only "$lib" 2>/dev/null | awk 'NF >= 3 && $2 ~ /^[TDBRG]$/ {print $3}' | LC_ALL=C sort -u >"$tmp/$layer.defined"
+    nm -g --defined-only "$lib" 2>/dev/null | awk 'NF >= 3 && $2 ~ /^[TDBRG]$/ {print $3}' |
+      LC_ALL=C sort -u >"$tmp/$layer.defined"
     nm -g --undefined-only "$lib" 2>/dev/null | awk '{print $NF}' | LC_ALL=C sort -u >"$tmp/$layer.undefined"
   done
   for ((i = 0; i < ${#layers[@]}; ++i)); do

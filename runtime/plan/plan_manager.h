@@ -3,9 +3,9 @@
 // (policy.auto), or takes the job's knobs as given with default rates; after every step
 // it refines the rates from the step's measurement, and with policy.auto decides to
 // re-plan when the drift stays over policy.replan_threshold; after a GPU out-of-memory
-// it gives the smaller plan to retry with. The engine measures (runtime/engine/
-// calibration.h) and applies the knobs (workers, buffers); this class only decides and
-// reports. Threads: the job's thread only (the trainer's Step and Create).
+// it gives the smaller plan to retry with. The engine measures and applies the knobs
+// (runtime/engine/calibration.h, trainer_plan.cc); this class only decides and reports.
+// Threads: the job's thread only (the trainer's Step and Create).
 #pragma once
 
 #include <cstdint>
