@@ -2,7 +2,7 @@
 # The layers of runtime/ (runtime/CMakeLists.txt): a file includes files of its own
 # layer and of the layers below it, never one above. Static libraries link whatever
 # order the symbols come in, so this check is what keeps the direction.
-#   tests/runtime_layers_check.sh SOURCE_DIR LAYER... [-- LAYER=LIBRARY...]
+#   tests/runtime/layers_check.sh SOURCE_DIR LAYER... [-- LAYER=LIBRARY...]
 # LAYER...: runtime/'s layers from the lowest up, as runtime/CMakeLists.txt lists them
 # (SLIDEDP_RUNTIME_LAYERS). A layer is a folder of runtime/ (data/tokenizer/ is data),
 # "config" the files at runtime/'s top; runtime/*_main.cc are programs, above them all.

@@ -1,4 +1,0 @@
-// Fixture of tests/runtime_layers_check.sh: a data file that includes the model layer below it.
-#pragma once
-
-#include "runtime/model/upward.h"

@@ -1,4 +1,0 @@
-// Fixture of tests/runtime_layers_check.sh: a model file that includes the data layer above it.
-#pragma once
-
-#include "runtime/data/below_nothing.h"
