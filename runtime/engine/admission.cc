@@ -2,7 +2,7 @@
 // HostState (runtime/state/host_state.h), RouteShared's landing buffers
 // (runtime/engine/routes.h), each Worker's slots and accumulators and its step
 // (runtime/engine/worker.cc), the eager attention of runtime/model/transformer.cc on
-// the CPU, and the MLP tiles of runtime/engine/activation_policy.h.
+// the CPU, and the MLP tiles of runtime/plan/activation_policy.h.
 #include "runtime/engine/admission.h"
 
 #include <cstdlib>

@@ -21,6 +21,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/engine/admission.h"
 #include "runtime/engine/batch_tensors.h"
+#include "runtime/engine/calibration.h"
 #include "runtime/engine/engine_trainer.h"
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/fault_injection.h"
@@ -31,7 +32,7 @@
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_checkpoint.h"
 #include "runtime/model/param_layout.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 #include "runtime/plan/plan_manager.h"
 #include "runtime/state/checkpoint.h"
 #include "runtime/state/host_state.h"
@@ -437,7 +438,7 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
   // A plan's first step (and the job's) warms up: not a measure of the plan.
   const bool first_of_plan = probe_ || s.step == 1;
   probe_ = false;
-  if (std::optional<PlanKnobs> replanned = plan_.AfterStep(s, first_of_plan)) {
+  if (std::optional<PlanKnobs> replanned = ReportStep(plan_, s, first_of_plan)) {
     if (absl::Status st = ApplyKnobs(*replanned); !st.ok()) return st;
   }
   return s;
@@ -533,7 +534,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainConfig& config
   // Before anything is allocated: does the job fit in the host's memory now?
   if (absl::Status s = AdmitJob(config, *model, AdmitAgainst::kAvailable); !s.ok()) return s;
   // The plan: the job's knobs, or with policy.auto those the policy chooses.
-  absl::StatusOr<PlanManager> plan = PlanManager::Start(*model, config, inputs.stop.get());
+  absl::StatusOr<PlanManager> plan = StartPlan(*model, config, inputs.stop.get());
   if (!plan.ok()) return plan.status();
   const TrainConfig effective = WithKnobs(config, plan->knobs());
   return CreateEngine(config, effective, *model, from_dir, *std::move(plan), std::move(inputs));

@@ -12,7 +12,7 @@
 #include "runtime/engine/engine_trainer.h"
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/routes.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 #include "runtime/plan/plan_manager.h"
 #include "runtime/train_config.h"
 

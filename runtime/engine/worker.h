@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/engine/activation_policy.h"
 #include "runtime/engine/device_streams.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/serial_executor.h"
@@ -25,6 +24,7 @@
 #include "runtime/io/stop_token.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/model/transformer.h"
+#include "runtime/plan/activation_policy.h"
 #include "runtime/plan/step_schedule.h"
 #include "runtime/state/host_state.h"
 #include "runtime/train_config.h"

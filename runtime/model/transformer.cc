@@ -10,8 +10,8 @@
 #include <string>
 #include <torch/version.h>
 
-#include "runtime/data/dataset.h"
 #include "runtime/model/fused_ops.h"
+#include "runtime/model/ignore_index.h"
 #include "runtime/model/tiled_mlp.h"
 
 namespace slidedp {

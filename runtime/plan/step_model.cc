@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/engine/activation_policy.h"
+#include "runtime/plan/activation_policy.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/plan/step_schedule.h"
 

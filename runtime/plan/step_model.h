@@ -93,7 +93,7 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job);
 double BlockForwardFlopsPerToken(const ModelShape& shape, int64_t seq_len);
 
 // Sequence positions per MLP tile the engine will use for `knobs` (job.seq_len or more:
-// whole): runtime/engine/activation_policy.h's ChooseMlpTile.
+// whole): runtime/plan/activation_policy.h's ChooseMlpTile.
 int64_t MlpTile(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
 
 // The MLP's share of one block's forward FLOPs at `seq_len` (what tiles recompute).

@@ -20,8 +20,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "runtime/engine/calibration.h"
 #include "runtime/engine/trainer.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 #include "runtime/plan/policy.h"
 #include "tests/bench/bench_flags.h"
 

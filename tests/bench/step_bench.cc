@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_split.h"
 #include "runtime/engine/trainer.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 #include "tests/bench/bench_flags.h"
 
 namespace slidedp {

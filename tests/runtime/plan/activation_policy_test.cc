@@ -1,7 +1,7 @@
 // ChooseActivations: the placement of layer inputs and the MLP tile for the shapes and
 // memory of the H200 runs (143771 MiB), with and without policy.gpu_memory_budget_bytes;
 // and the step-time model's copy of the tile choice (MlpTile) against it.
-#include "runtime/engine/activation_policy.h"
+#include "runtime/plan/activation_policy.h"
 
 #include <gtest/gtest.h>
 

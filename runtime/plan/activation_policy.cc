@@ -1,5 +1,5 @@
 // ActivationPolicy: see activation_policy.h.
-#include "runtime/engine/activation_policy.h"
+#include "runtime/plan/activation_policy.h"
 
 #include <algorithm>
 
