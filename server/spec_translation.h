@@ -40,4 +40,8 @@ void BindConfigToJob(const std::string& job_id, TrainConfig* config);
 // Every field set, so that the result shows the defaults that were applied.
 v1::JobSpec TrainConfigToJobSpec(const TrainConfig& config);
 
+// What a job keeps and shows of `spec`: the spec as submitted (paths as given; the
+// job resolves them when it starts), each field it leaves unset shown with its default.
+v1::JobSpec SpecAsSubmitted(const v1::JobSpec& spec);
+
 }  // namespace slidedp::server

@@ -105,7 +105,7 @@ TEST(Admission, EstimateCountsTheHostStateAsTheEngineLaysItOut) {
   EXPECT_EQ(n.host_state, 20 * params);
   c.compute_dtype = "bf16";
   EXPECT_EQ(EstimateHostMemory(c, tiny).state_bytes_per_param, 18);
-  c.policy.grad_landing = "bf16";
+  c.policy.grad_landing = GradLanding::kBf16;
   EXPECT_EQ(EstimateHostMemory(c, tiny).state_bytes_per_param, 14);
   // cuda: gradients land in bf16 (14 bytes) unless the host sums several workers' (18).
   TrainConfig g = Tiny();

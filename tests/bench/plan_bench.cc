@@ -73,7 +73,16 @@ int Main(int argc, char** argv) {
     int v = 0;
     if (absl::SimpleAtoi(d, &v)) space.prefetch_depths.push_back(v);
   }
-  space.activations = absl::StrSplit(Flag(argc, argv, "activations", "device,host"), ',');
+  space.activations.clear();
+  for (absl::string_view a : absl::StrSplit(Flag(argc, argv, "activations", "device,host"), ',')) {
+    const std::optional<ActivationPlacement> placement = EnumFromName<ActivationPlacement>(std::string(a));
+    if (!placement) {
+      std::fprintf(stderr, "plan_bench: --activations: '%s' is not one of %s\n", std::string(a).c_str(),
+                   EnumNameList<ActivationPlacement>().c_str());
+      return 2;
+    }
+    space.activations.push_back(*placement);
+  }
 
   absl::StatusOr<ModelConfig> model = PresetConfig(c.model);
   if (!model.ok()) {

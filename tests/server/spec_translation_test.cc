@@ -58,7 +58,7 @@ TEST(SpecTranslationTest, RoundTripKeepsEveryField) {
   c.optimizer.schedule = "linear";
   c.optimizer.warmup_steps = 4;
   c.policy.chunk_elems = 1 << 20;
-  c.policy.grad_route = "reduce_scatter";
+  c.policy.grad_route = GradRoute::kReduceScatter;
   c.checkpoint_interval = 3;
   c.keep_checkpoints = 2;
   c.log_every = 7;
