@@ -166,8 +166,10 @@ void BindConfigToJob(const std::string& job_id, TrainConfig* config) {
 
 TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& spec) { return SpecToConfig(spec, nullptr); }
 
-absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec,
-                                                 const PathPolicy& paths) {
+namespace {
+
+// The translation and the path checks, then (with `validate`) ValidateTrainConfig.
+absl::StatusOr<TrainConfig> Translate(const v1::JobSpec& spec, const PathPolicy& paths, bool validate) {
   if (absl::Status s = CheckSpecWellFormed(spec); !s.ok()) return s;
   absl::Status named = absl::OkStatus();  // an enumeration's unknown name
   TrainConfig config = SpecToConfig(spec, &named);
@@ -176,10 +178,21 @@ absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec,
   // validation included) looks at what lies there.
   if (absl::Status s = CheckPaths(paths, &config); !s.ok()) return s;
   if (absl::Status s = CheckPathsAreText(config); !s.ok()) return s;
+  if (!validate) return config;
   if (absl::Status s = ValidateTrainConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }
   return config;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths) {
+  return Translate(spec, paths, /*validate=*/true);
+}
+
+absl::StatusOr<TrainConfig> StoredSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths) {
+  return Translate(spec, paths, /*validate=*/false);
 }
 
 v1::JobSpec TrainConfigToJobSpec(const TrainConfig& config) { return ConfigToSpec(config); }
