@@ -92,8 +92,8 @@ struct TrainConfig {
   int64_t micro_batch_size = 4;  // sequences per micro-batch
   int64_t grad_accum = 1;        // micro-batches per worker per step
   int workers = 1;               // data-parallel workers (GPUs, or CPU threads on the CPU device)
-  std::string device = "cpu";    // cpu | cuda
-  std::string compute_dtype = "fp32";  // fp32 | bf16 (bf16 always on cuda)
+  DeviceKind device = DeviceKind::kCpu;
+  ComputeDtype compute_dtype = ComputeDtype::kFp32;  // bf16 always on cuda
   int64_t steps = 100;
   OptimizerConfig optimizer;
   uint64_t seed = 1234;

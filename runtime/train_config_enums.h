@@ -1,5 +1,5 @@
-// The enumerations of TrainConfig's policy (routes and placements), each with its one
-// table of names. Job files, JSON, checkpoints and the API carry the names; the parser
+// The enumerations of TrainConfig (device, compute dtype, and the policy's routes and
+// placements), each with its one table of names. Job files, JSON, checkpoints and the API carry the names; the parser
 // (train_config.cc, and the server's JobSpec translation) turns them into these enums,
 // and no code past it compares the names. Plain data; no threads.
 #pragma once
@@ -21,6 +21,12 @@ enum class ActivationPlacement { kAuto, kDevice, kHost };
 // reduce (LandsInBf16).
 enum class GradLanding { kAuto, kFp32, kBf16 };
 
+// The device the workers compute on.
+enum class DeviceKind { kCpu, kCuda };
+// The dtype of the workers' compute (master weights are fp32 on the host); bf16 always
+// on cuda.
+enum class ComputeDtype { kFp32, kBf16 };
+
 template <typename E>
 struct EnumName {
   E value;
@@ -28,6 +34,9 @@ struct EnumName {
 };
 
 // The tables, in the order that messages list the names.
+inline constexpr EnumName<DeviceKind> kDeviceKindNames[] = {{DeviceKind::kCpu, "cpu"}, {DeviceKind::kCuda, "cuda"}};
+inline constexpr EnumName<ComputeDtype> kComputeDtypeNames[] = {{ComputeDtype::kFp32, "fp32"},
+                                                                {ComputeDtype::kBf16, "bf16"}};
 inline constexpr EnumName<ParamRoute> kParamRouteNames[] = {
     {ParamRoute::kReplicate, "replicate"}, {ParamRoute::kScatterAllGather, "scatter_allgather"}};
 inline constexpr EnumName<GradRoute> kGradRouteNames[] = {{GradRoute::kGatherHost, "gather_host"},
@@ -40,6 +49,8 @@ inline constexpr EnumName<ActivationPlacement> kActivationPlacementNames[] = {
 inline constexpr EnumName<GradLanding> kGradLandingNames[] = {
     {GradLanding::kAuto, "auto"}, {GradLanding::kFp32, "fp32"}, {GradLanding::kBf16, "bf16"}};
 
+constexpr const auto& NamesOf(DeviceKind) { return kDeviceKindNames; }
+constexpr const auto& NamesOf(ComputeDtype) { return kComputeDtypeNames; }
 constexpr const auto& NamesOf(ParamRoute) { return kParamRouteNames; }
 constexpr const auto& NamesOf(GradRoute) { return kGradRouteNames; }
 constexpr const auto& NamesOf(ActivationPlacement) { return kActivationPlacementNames; }

@@ -55,7 +55,7 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   c.seq_len = s["seq_len"];
   c.micro_batch_size = 2;
   c.grad_accum = s["rows_per_step"].get<int64_t>() / 2;  // fp32 accumulation over 2 micro-batches
-  c.device = "cuda";
+  c.device = DeviceKind::kCuda;
   c.steps = s["steps"];
   c.optimizer.lr = s["lr"];
   c.optimizer.schedule = "constant";
@@ -161,8 +161,8 @@ TEST(CpuTrainingTest, FiveStepsMatchPyTorchFp32) {
   ASSERT_TRUE(sf.good()) << kDir;
   const nlohmann::json settings = nlohmann::json::parse(sf);
   TrainConfig c = FixtureConfig(settings, "fp32");
-  c.device = "cpu";
-  c.compute_dtype = "fp32";
+  c.device = DeviceKind::kCpu;
+  c.compute_dtype = ComputeDtype::kFp32;
   const FixtureRun run = RunFixture(c, ::testing::TempDir() + "/cpu_training_fp32");
   ASSERT_EQ(run.losses.size(), static_cast<size_t>(c.steps));
   absl::StatusOr<SafetensorsFile> ref = SafetensorsFile::Open(kDir + "/reference.safetensors");

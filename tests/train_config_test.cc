@@ -121,8 +121,8 @@ TEST(TrainConfigTest, ParsesFullYaml) {
   EXPECT_EQ(c->micro_batch_size, 2);
   EXPECT_EQ(c->grad_accum, 8);
   EXPECT_EQ(c->workers, 4);
-  EXPECT_EQ(c->device, "cuda");
-  EXPECT_EQ(c->compute_dtype, "bf16");
+  EXPECT_EQ(c->device, DeviceKind::kCuda);
+  EXPECT_EQ(c->compute_dtype, ComputeDtype::kBf16);
   EXPECT_EQ(c->steps, 1000);
   EXPECT_DOUBLE_EQ(c->optimizer.lr, 2e-5);
   EXPECT_DOUBLE_EQ(c->optimizer.min_lr_ratio, 0.05);

@@ -94,7 +94,7 @@ absl::Status EngineTrainer::Init() {
 }
 
 absl::Status EngineTrainer::BuildWorkers() {
-  const bool cuda = config_.device == "cuda";
+  const bool cuda = config_.device == DeviceKind::kCuda;
   const int W = config_.workers;
   int64_t max_numel = 0;
   for (const UnitLayout& u : state_->layout().units) max_numel = std::max(max_numel, u.numel);
@@ -437,9 +437,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
                                                       const ModelConfig& model_config, bool from_dir,
                                                       PlanManager plan, TrainerInputs inputs) {
   const ModelConfig* model = &model_config;
-  const bool cuda = config.device == "cuda";
+  const bool cuda = config.device == DeviceKind::kCuda;
   // GPUs compute in bf16 (fp32 master weights stay on the host); the CPU device as asked.
-  const at::ScalarType dtype = cuda || config.compute_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType dtype = cuda || config.compute_dtype == ComputeDtype::kBf16 ? at::kBFloat16 : at::kFloat;
   // Gradients land in bf16 in the streamed copy (14 bytes a parameter) unless asked
   // otherwise or unless the host must sum several workers' gradients.
   const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
@@ -500,7 +500,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainConfig& config
   if (inputs.eval.batches < 1) {
     return absl::InvalidArgumentError(absl::StrCat("eval_batches ", inputs.eval.batches, " is not >= 1"));
   }
-  const bool cuda = config.device == "cuda";
+  const bool cuda = config.device == DeviceKind::kCuda;
   if (cuda && (!at::hasCUDA() || at::getNumGPUs() < static_cast<size_t>(config.workers))) {
     return absl::FailedPreconditionError(absl::StrCat(
         "device: cuda with ", config.workers, " workers needs as many GPUs and a CUDA-enabled LibTorch; ",

@@ -37,7 +37,7 @@ E EnumFlag(int argc, char** argv, const std::string& name, const std::string& de
 inline TrainConfig BenchConfig(int argc, char** argv) {
   TrainConfig c;
   c.model = Flag(argc, argv, "model", "qwen2.5-3b");
-  c.device = Flag(argc, argv, "device", "cuda");
+  c.device = EnumFlag<DeviceKind>(argc, argv, "device", "cuda");
   c.workers = std::stoi(Flag(argc, argv, "workers", "1"));
   c.seq_len = std::stoll(Flag(argc, argv, "seq_len", "4096"));
   c.optimizer.lr = 1e-5;

@@ -98,7 +98,7 @@ int Main(int argc, char** argv) {
   const JobShape job = JobShapeOf(c);
   const int64_t budget = MemoryBudget(c.policy.gpu_memory_budget_bytes, cal->device_free_bytes);
   std::printf("model %s, %s x%d, %lld x %lld tokens a step, clip %s | calibration %.2f s\n", c.model.c_str(),
-              c.device.c_str(), c.workers, static_cast<long long>(batch), static_cast<long long>(c.seq_len),
+              NameOf(c.device), c.workers, static_cast<long long>(batch), static_cast<long long>(c.seq_len),
               job.clip ? "on" : "off", cal->seconds);
   for (const std::string& n : cal->notes) std::printf("  %s\n", n.c_str());
   absl::StatusOr<PlanChoice> choice = ChoosePlan(shape, job, KnobsOf(c), cal->rates, budget, space);

@@ -56,7 +56,7 @@ int Main(int argc, char** argv) {
   const ModelConfig& m = (*trainer)->model_config();
   const double params = static_cast<double>((*trainer)->num_parameters());
   std::printf("model %s: %.3fB params, %lld layers | %s x%d | %lld sequences x %lld tokens a step | setup %.1f s\n",
-              c.model.c_str(), params / 1e9, static_cast<long long>(m.num_layers), c.device.c_str(), c.workers,
+              c.model.c_str(), params / 1e9, static_cast<long long>(m.num_layers), NameOf(c.device), c.workers,
               static_cast<long long>(c.global_batch_sequences()), static_cast<long long>(c.seq_len), setup);
   // The step loop and its summary for the plan the trainer has now.
   auto run = [&](const std::string& label) -> bool {

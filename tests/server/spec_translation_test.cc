@@ -50,8 +50,8 @@ TEST(SpecTranslationTest, RoundTripKeepsEveryField) {
   c.micro_batch_size = 3;
   c.grad_accum = 5;
   c.workers = 2;
-  c.device = "cuda";
-  c.compute_dtype = "bf16";
+  c.device = DeviceKind::kCuda;
+  c.compute_dtype = ComputeDtype::kBf16;
   c.steps = 9;
   c.seed = 18446744073709551615ull;
   c.optimizer.lr = 1.25e-5;
