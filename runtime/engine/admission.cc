@@ -196,14 +196,12 @@ std::string HostMemoryNeed::Describe() const {
 
 HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& model) {
   const UnitSizes u = SizesOf(model);
-  const bool cuda = config.device == "cuda";
+  const bool cuda = config.device == DeviceKind::kCuda;
   const double W = std::max(1, config.workers);
   // The compute dtype's bytes, as Trainer::Create picks it.
-  const double dt = cuda || config.compute_dtype == "bf16" ? 2 : 4;
-  absl::StatusOr<GradRoute> route = ParseGradRoute(config.policy.grad_route);
-  const bool device_reduces = route.ok() && DeviceReducesGradient(*route, config.workers);
-  const bool bf16_landing =
-      config.policy.grad_landing == "bf16" || (config.policy.grad_landing == "auto" && cuda && device_reduces);
+  const double dt = cuda || config.compute_dtype == ComputeDtype::kBf16 ? 2 : 4;
+  const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
+  const bool bf16_landing = LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers);
 
   HostMemoryNeed n;
   n.parameters = u.total;
@@ -225,7 +223,7 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
   if (cuda) {
     // The rest is GPU memory, except layer inputs offloaded to pinned host memory. With
     // "auto" the placement depends on the GPU's size: not counted (a floor).
-    if (config.policy.activations == "host") n.activations = W * kept;
+    if (config.policy.activations == ActivationPlacement::kHost) n.activations = W * kept;
   } else {
     const double S = StepSchedule::SlotsFor(config.policy.prefetch_depth);
     // Parameter slots, two fp32 accumulators and the embedding's, bf16 landing buffers.

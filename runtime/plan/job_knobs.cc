@@ -9,8 +9,8 @@ JobShape JobShapeOf(const TrainConfig& config) {
   j.seq_len = config.seq_len;
   j.workers = config.workers;
   j.clip = config.optimizer.max_grad_norm > 0;
-  j.cuda = config.device == "cuda";
-  j.param_bytes = j.cuda || config.compute_dtype == "bf16" ? 2 : 4;
+  j.cuda = config.device == DeviceKind::kCuda;
+  j.param_bytes = j.cuda || config.compute_dtype == ComputeDtype::kBf16 ? 2 : 4;
   return j;
 }
 

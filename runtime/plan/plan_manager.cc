@@ -70,7 +70,7 @@ void PlanManager::Force(const PlanKnobs& knobs) {
 }
 
 void PlanManager::FixLanding(bool bf16) {
-  report_.knobs.policy.grad_landing = bf16 ? "bf16" : "fp32";
+  report_.knobs.policy.grad_landing = bf16 ? GradLanding::kBf16 : GradLanding::kFp32;
 }
 
 std::optional<PlanKnobs> PlanManager::AfterStep(const StepMeasurement& measured, bool first_of_plan) {

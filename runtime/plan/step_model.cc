@@ -87,9 +87,7 @@ double MlpShare(const ModelShape& shape, int64_t seq_len) {
 }
 
 bool Bf16Landing(const JobShape& job, const PolicyConfig& policy) {
-  const bool device_reduces = job.workers == 1 || policy.grad_route != "gather_host";
-  if (policy.grad_landing == "bf16") return true;
-  return policy.grad_landing == "auto" && job.cuda && device_reduces;
+  return LandsInBf16(policy.grad_landing, policy.grad_route, job.cuda, job.workers);
 }
 
 namespace {
@@ -271,7 +269,7 @@ void StepReplay::Fetch(int item, bool backward_phase) {
   const int u = schedule_.item(item).unit;
   host_.WaitFor(r_, updated_[u]);  // WaitParamsReady: the previous step's update of u
   const int64_t numel = shape_.unit_params[u];
-  const bool scatter = W_ > 1 && k_.policy.param_route == "scatter_allgather";
+  const bool scatter = W_ > 1 && k_.policy.param_route == ParamRoute::kScatterAllGather;
   const int64_t bytes = (scatter ? CeilDiv(numel, W_) : numel) * job_.param_bytes;
   h2d_bytes += bytes;
   const std::string what = absl::StrCat("upload ", Name(u));
@@ -288,16 +286,16 @@ void StepReplay::Fetch(int item, bool backward_phase) {
 
 void StepReplay::Land(int u, int compute_op) {
   const int64_t numel = shape_.unit_params[u];
-  const std::string& route = k_.policy.grad_route;
-  const bool host_sum = W_ > 1 && route == "gather_host";
+  const GradRoute route = k_.policy.grad_route;
+  const bool host_sum = W_ > 1 && route == GradRoute::kGatherHost;
   if (host_sum) host_.WaitFor(r_, lander_);  // the host sums from one buffer per rank
   int dep = compute_op;
   int64_t down = numel;
-  if (W_ > 1 && route == "reduce_scatter") {
+  if (W_ > 1 && route == GradRoute::kReduceScatter) {
     dep = r_.Add(kResCollective, "reduce-scatter " + Name(u), CollectiveSeconds(numel * 4), {dep},
                  host_.t, host_.cause);
     down = CeilDiv(numel, W_);
-  } else if (W_ > 1 && route == "reduce_one") {
+  } else if (W_ > 1 && route == GradRoute::kReduceOne) {
     dep = r_.Add(kResCollective, "reduce " + Name(u), CollectiveSeconds(numel * 4), {dep}, host_.t,
                  host_.cause);
   }
@@ -324,7 +322,7 @@ int StepReplay::Step(double start, int start_cause) {
   const bool tied = shape_.tied;
   const int64_t MB = k_.grad_accum;
   const double T = static_cast<double>(sizes_.tokens_worker);
-  const bool offload = k_.policy.activations == "host";
+  const bool offload = k_.policy.activations == ActivationPlacement::kHost;
   const int64_t act_bytes = sizes_.tokens_worker * shape_.hidden * job_.param_bytes;
   host_ = HostThread{start, start_cause};
   compute_ops.clear();
@@ -458,11 +456,11 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
   const int64_t ring[3] = {s.max_rest, s.max_rest, emb};
   for (int64_t n : ring) {
     if (Bf16Landing(job, k.policy)) m.grad_buffers += padded(n) * pb;
-    if (W > 1 && k.policy.grad_route == "reduce_scatter") m.grad_buffers += CeilDiv(n, W) * 4;
-    if (W > 1 && k.policy.grad_route == "reduce_one") m.grad_buffers += n * 4;
+    if (W > 1 && k.policy.grad_route == GradRoute::kReduceScatter) m.grad_buffers += CeilDiv(n, W) * 4;
+    if (W > 1 && k.policy.grad_route == GradRoute::kReduceOne) m.grad_buffers += n * 4;
   }
   const int64_t act_unit = s.tokens_worker * shape.hidden * pb;
-  m.activations = k.policy.activations == "host" ? 2 * act_unit : shape.layers * act_unit;
+  m.activations = k.policy.activations == ActivationPlacement::kHost ? 2 * act_unit : shape.layers * act_unit;
   // A micro-batch through a block with autograd (q, k, v, attention, the MLP's gate, up
   // and product, norms, residuals, and their gradients), the hidden states and their
   // gradients of every micro-batch, and the block's parameter gradients.

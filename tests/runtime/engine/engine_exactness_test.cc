@@ -205,8 +205,8 @@ TEST_P(EngineExactness, FiveStepsMatchPlainAutograd) {
   std::filesystem::remove_all(dir);
   Weights init = MakeModelDir(c, dir + "/init", 7);
   TrainConfig tc = BaseConfig(dir + "/init");
-  tc.policy.param_route = param_route;
-  tc.policy.grad_route = grad_route;
+  tc.policy.param_route = *EnumFromName<ParamRoute>(param_route);
+  tc.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   Weights engine = RunEngine(tc, c, dir + "/out");
   Weights ref = ReferenceTrain(c, init, tc);
   // The weights moved (the test can fail) ...
@@ -252,7 +252,7 @@ TEST(EngineExactnessMore, HostActivationsEqualPlainAutograd) {
   std::filesystem::remove_all(dir);
   Weights init = MakeModelDir(c, dir + "/init", 13);
   TrainConfig tc = BaseConfig(dir + "/init");
-  tc.policy.activations = "host";
+  tc.policy.activations = ActivationPlacement::kHost;
   ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
 }
 
@@ -266,7 +266,7 @@ TEST(EngineExactnessMore, TiledMlpWithHostActivationsEqualsPlainAutograd) {
   Weights init = MakeModelDir(c, dir + "/init", 17);
   TrainConfig tc = BaseConfig(dir + "/init");
   tc.policy.mlp_tile_tokens = 5;
-  tc.policy.activations = "host";
+  tc.policy.activations = ActivationPlacement::kHost;
   ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
 }
 
@@ -294,15 +294,15 @@ TEST_P(EngineRoutes, EqualOneWorkerAndMoveTheRouteBytes) {
   ASSERT_GT(block_params, 0);
   ASSERT_LT(block_params, params);
   TrainConfig one = BaseConfig(dir + "/init");
-  one.policy.activations = "device";  // only parameter and gradient bytes cross
+  one.policy.activations = ActivationPlacement::kDevice;  // only parameter and gradient bytes cross
   one.workers = 1;
   one.micro_batch_size = 2;
   one.grad_accum = 4;
   TrainConfig many = one;
   many.workers = world;
   many.grad_accum = 4 / world;
-  many.policy.param_route = param_route;
-  many.policy.grad_route = grad_route;
+  many.policy.param_route = *EnumFromName<ParamRoute>(param_route);
+  many.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   std::vector<StepStats> s1, sw;
   const Weights w1 = RunEngine(one, c, dir + "/one", {}, &s1);
   const Weights ww = RunEngine(many, c, dir + "/many", {}, &sw);
@@ -363,7 +363,7 @@ TEST_P(DocumentMaskExactness, FiveStepsMatchPlainAutograd) {
   std::filesystem::remove_all(dir);
   Weights init = MakeModelDir(c, dir + "/init", 17);
   TrainConfig tc = BaseConfig(dir + "/init");
-  tc.policy.param_route = param_route;
+  tc.policy.param_route = *EnumFromName<ParamRoute>(param_route);
   TrainerInputs docs;
   docs.train = OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed);
   const Weights engine = RunEngine(tc, c, dir + "/out", std::move(docs));
@@ -387,7 +387,7 @@ TEST(EngineEval, EvalLossEqualsPlainForwardOfTheStepsWeights) {
   MakeModelDir(c, dir + "/init", 19);
   TrainConfig tc = BaseConfig(dir + "/init");
   tc.steps = 3;
-  tc.policy.param_route = "scatter_allgather";
+  tc.policy.param_route = ParamRoute::kScatterAllGather;
   DataConfig held_out = tc.data;
   held_out.shuffle = false;
   const uint64_t eval_seed = 99;

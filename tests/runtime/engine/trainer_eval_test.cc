@@ -82,7 +82,7 @@ TEST(TrainerEval, IntervalZeroEvaluatesAfterTheLastStepOnly) {
   TrainConfig c = Small();
   c.steps = 3;
   c.workers = 1;
-  c.policy.activations = "host";
+  c.policy.activations = ActivationPlacement::kHost;
   EvalOptions eval;
   eval.dataset = HeldOut(c);
   const TrainRun run = Train(c, std::move(eval));

@@ -59,7 +59,7 @@ TEST(TrainerLearning, BadConfigNamesTheField) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("model"), std::string::npos) << t.status();
   c = Demo();
-  c.policy.grad_route = "teleport";
+  c.policy.grad_route = static_cast<GradRoute>(42);  // no such route
   t = Trainer::Create(c);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("grad_route"), std::string::npos) << t.status();

@@ -188,8 +188,8 @@ TEST_P(TwoWorkerOutOfMemory, AbortsTheCollectivesInsteadOfHanging) {
   TrainConfig c = Tiny();
   c.workers = 2;
   c.micro_batch_size = 2;
-  c.policy.param_route = param_route;
-  c.policy.grad_route = grad_route;
+  c.policy.param_route = *EnumFromName<ParamRoute>(param_route);
+  c.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   c.policy.auto_plan = auto_plan;
   WithinSeconds(120, [&] {
     auto t = Trainer::Create(c);

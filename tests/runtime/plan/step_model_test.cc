@@ -52,7 +52,7 @@ PlanKnobs Knobs(int64_t mbs, int64_t accum, int depth = 2) {
   k.micro_batch_size = mbs;
   k.grad_accum = accum;
   k.policy.prefetch_depth = depth;
-  k.policy.activations = "device";  // a concrete placement (the job default is "auto")
+  k.policy.activations = ActivationPlacement::kDevice;  // a concrete placement (the job default is "auto")
   return k;
 }
 
@@ -136,7 +136,7 @@ TEST(StepModel, BytesMatchTheEngine) {
   EXPECT_EQ(p.h2d_bytes, (s.total_params() + 8 * 12'000'000) * 2);
   EXPECT_EQ(p.d2h_bytes, s.total_params() * 2);
   PlanKnobs host = Knobs(8, 1);
-  host.policy.activations = "host";
+  host.policy.activations = ActivationPlacement::kHost;
   const StepPrediction q = PredictStep(s, Job(), host, Balanced());
   const int64_t act = 8 * 1024 * 1024 * 2;  // one block's input, bf16
   EXPECT_EQ(q.d2h_bytes - p.d2h_bytes, 8 * act);  // every block's input down and back
@@ -146,7 +146,7 @@ TEST(StepModel, BytesMatchTheEngine) {
 TEST(StepModel, MemoryGrowsWithTheKnobs) {
   const ModelShape s = Synthetic();
   PlanKnobs dev = Knobs(8, 1), host = Knobs(8, 1), deep = Knobs(8, 1, 4), small = Knobs(1, 8);
-  host.policy.activations = "host";
+  host.policy.activations = ActivationPlacement::kHost;
   const int64_t base = EstimateMemory(s, Job(), dev).total;
   EXPECT_LT(EstimateMemory(s, Job(), host).total, base);
   EXPECT_EQ(EstimateMemory(s, Job(), deep).total - base, 2 * 32'000'000 * 2);
@@ -223,7 +223,7 @@ struct Sweep {
 };
 PlanKnobs RowKnobs(const SweepRow& row) {
   PlanKnobs k = Knobs(row.mbs, row.accum, row.prefetch);
-  k.policy.activations = row.activations;
+  k.policy.activations = *EnumFromName<ActivationPlacement>(row.activations);
   k.policy.loss_chunk_tokens = 4096;  // plan_bench's
   return k;
 }
@@ -492,7 +492,7 @@ TEST(Policy, ChoosesTheBestFittingCandidateOfABruteForceSweep) {
   double best = std::numeric_limits<double>::infinity();
   for (int64_t mbs : {1, 2, 4, 8}) {
     for (int depth = 1; depth <= 4; ++depth) {
-      for (const char* act : {"device", "host"}) {
+      for (const ActivationPlacement act : {ActivationPlacement::kDevice, ActivationPlacement::kHost}) {
         PlanKnobs k = Knobs(mbs, 8 / mbs, depth);
         k.policy.activations = act;
         const StepPrediction p = PredictStep(s, job, k, r);
@@ -524,7 +524,7 @@ TEST(Policy, RoutesAreSearchedWithSeveralWorkers) {
   absl::StatusOr<PlanChoice> choice = ChoosePlan(Synthetic(), job, Knobs(4, 1), r, 0);
   ASSERT_TRUE(choice.ok());
   EXPECT_EQ(choice->candidates.size(), 3u * 4 * 2 * 2 * 3);  // mbs 4,2,1; depth; act; routes
-  EXPECT_EQ(choice->knobs.policy.param_route, "scatter_allgather");
+  EXPECT_EQ(choice->knobs.policy.param_route, ParamRoute::kScatterAllGather);
 }
 
 TEST(Policy, NothingFitsIsResourceExhausted) {
