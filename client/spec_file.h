@@ -1,7 +1,6 @@
 // Reading a job spec file (YAML, or JSON, which is YAML) into slidedp.v1.JobSpec: the
-// same fields as slidedp-train's TrainConfig file. The YAML is turned into JSON guided
-// by JobSpec's descriptor (so that a string field stays a string whatever it looks
-// like), then parsed by protobuf's JSON parser. Stateless; any thread.
+// same file, read by the same parser, as slidedp-train's (runtime/train_config.h); the
+// spec holds the fields the file sets. Stateless; any thread.
 #pragma once
 
 #include <string>
@@ -12,8 +11,9 @@
 
 namespace slidedp::client {
 
-// Unknown fields, wrong types and malformed YAML are INVALID_ARGUMENT errors naming
-// `source`, the line and the field ("optimizer.lr").
+// Unknown fields, wrong types, values out of range, fields that daemon jobs do not take
+// (server/spec_fields.h) and malformed YAML are INVALID_ARGUMENT errors naming
+// `source`, the line ("job.yaml:3") and the field ("optimizer.lr").
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view source);
 
 // Reads and parses the file at `path`; NOT_FOUND when it cannot be read.

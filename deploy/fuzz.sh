@@ -40,10 +40,11 @@ sources() {
       runtime/model/model_config.cc runtime/model/param_layout.cc \
       runtime/state/thread_pool.cc ;;
     train_config) echo runtime/train_config.cc runtime/train_config_validate.cc ;;
-    spec_file) echo client/spec_file.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
+    spec_file) echo client/spec_file.cc server/spec_fields.cc runtime/train_config.cc \
+      runtime/train_config_validate.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     checkpoint) echo runtime/state/checkpoint.cc ;;
     job_record) echo server/job_record.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
-    spec_translation) echo server/spec_translation.cc server/path_policy.cc \
+    spec_translation) echo server/spec_translation.cc server/spec_fields.cc server/path_policy.cc \
       runtime/train_config.cc runtime/train_config_validate.cc runtime/model/model_config.cc \
       runtime/model/param_layout.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     *) echo "fuzz: unknown target $1 (known: ${all[*]})" >&2; return 1 ;;

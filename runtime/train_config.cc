@@ -1,7 +1,7 @@
 // TrainConfig: YAML/JSON parsing and JSON output; see train_config.h. Validation is in
 // train_config_validate.cc; the parser runs it and adds where the field is.
-// One list of fields per struct (VisitFields) drives the YAML reader, the JSON writer
-// and the "did you mean" suggestions, so a new struct member needs one line here.
+// The field list (VisitFields, train_config_fields.h) drives the YAML reader, the JSON
+// writer and the "did you mean" suggestions.
 // Plain functions; no threads.
 #include "runtime/train_config.h"
 
@@ -19,9 +19,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtime/io/file_access.h"
 #include "runtime/io/json_nesting.h"
 #include "runtime/io/user_text.h"
+#include "runtime/train_config_fields.h"
 #include "runtime/train_config_validate.h"
 
 namespace slidedp {
@@ -30,109 +32,65 @@ namespace {
 using train_config_internal::FieldError;
 using train_config_internal::FindProblem;
 
-// ---------------------------------------------------------------- the field lists
-
-template <typename V>
-void VisitFields(DataConfig& d, V& v) {
-  v.Field("format", d.format);
-  v.Field("path", d.path);
-  v.Field("token_dtype", d.token_dtype);
-  v.Field("shuffle", d.shuffle);
-  v.Field("tokenizer", d.tokenizer);
-  v.Field("cache_dir", d.cache_dir);
-  v.Field("skip_bad_lines", d.skip_bad_lines);
-  v.Field("document_mask", d.document_mask);
-  v.Field("eval_path", d.eval_path);
-}
-
-template <typename V>
-void VisitFields(OptimizerConfig& o, V& v) {
-  v.Field("lr", o.lr);
-  v.Field("min_lr_ratio", o.min_lr_ratio);
-  v.Field("warmup_steps", o.warmup_steps);
-  v.Field("schedule", o.schedule);
-  v.Field("beta1", o.beta1);
-  v.Field("beta2", o.beta2);
-  v.Field("eps", o.eps);
-  v.Field("weight_decay", o.weight_decay);
-  v.Field("max_grad_norm", o.max_grad_norm);
-  v.Field("state_dtype", o.state_dtype);
-}
-
-template <typename V>
-void VisitFields(PolicyConfig& p, V& v) {
-  v.Field("chunk_elems", p.chunk_elems);
-  v.Field("prefetch_depth", p.prefetch_depth);
-  v.Field("param_route", p.param_route);
-  v.Field("grad_route", p.grad_route);
-  v.Field("activations", p.activations);
-  v.Field("loss_chunk_tokens", p.loss_chunk_tokens);
-  v.Field("mlp_tile_tokens", p.mlp_tile_tokens);
-  v.Field("update_threads", p.update_threads);
-  v.Field("grad_landing", p.grad_landing);
-  v.Field("auto", p.auto_plan);
-  v.Field("gpu_memory_budget_bytes", p.gpu_memory_budget_bytes);
-  v.Field("replan_threshold", p.replan_threshold);
-}
-
-template <typename V>
-void VisitFields(TrainConfig& c, V& v) {
-  v.Field("model", c.model);
-  v.Section("data", c.data);
-  v.Field("seq_len", c.seq_len);
-  v.Field("micro_batch_size", c.micro_batch_size);
-  v.Field("grad_accum", c.grad_accum);
-  v.Field("workers", c.workers);
-  v.Field("device", c.device);
-  v.Field("compute_dtype", c.compute_dtype);
-  v.Field("steps", c.steps);
-  v.Section("optimizer", c.optimizer);
-  v.Field("seed", c.seed);
-  v.Field("checkpoint_dir", c.checkpoint_dir);
-  v.Field("checkpoint_interval", c.checkpoint_interval);
-  v.Field("keep_checkpoints", c.keep_checkpoints);
-  v.Field("resume_from", c.resume_from);
-  v.Field("max_bad_steps", c.max_bad_steps);
-  v.Field("output_dir", c.output_dir);
-  v.Section("policy", c.policy);
-  v.Field("log_every", c.log_every);
-  v.Field("trace_file", c.trace_file);
-  v.Field("collective_timeout_seconds", c.collective_timeout_seconds);
-  v.Field("eval_interval", c.eval_interval);
-  v.Field("eval_batches", c.eval_batches);
-}
-
 // Every field's full name ("optimizer.lr"), sections included.
 class NameCollector {
  public:
-  explicit NameCollector(std::string prefix = "") : prefix_(std::move(prefix)) {}
+  explicit NameCollector(bool sections, std::string prefix = "")
+      : sections_(sections), prefix_(std::move(prefix)) {}
   template <typename T>
-  void Field(const char* name, T&) {
+  void Field(const char* name, T&, unsigned = kNoTags) {
     names_.push_back(prefix_ + name);
   }
   template <typename T>
   void Section(const char* name, T& sub) {
-    names_.push_back(prefix_ + name);
-    NameCollector c(prefix_ + name + ".");
+    if (sections_) names_.push_back(prefix_ + name);
+    NameCollector c(sections_, prefix_ + name + ".");
     VisitFields(sub, c);
     names_.insert(names_.end(), c.names_.begin(), c.names_.end());
   }
   const std::vector<std::string>& names() const { return names_; }
 
  private:
+  bool sections_;
   std::string prefix_;
   std::vector<std::string> names_;
 };
 
 const std::vector<std::string>& AllFieldNames() {
-  static const std::vector<std::string>* names = [] {
-    TrainConfig c;
-    NameCollector collector;
-    VisitFields(c, collector);
-    return new std::vector<std::string>(collector.names());
-  }();
+  static const std::vector<std::string>* names = new std::vector<std::string>(TrainConfigFieldNames(true));
   return *names;
 }
+
+// (full name, value as text) of the fields carrying a tag.
+class TaggedTexts {
+ public:
+  TaggedTexts(FieldTag tag, std::string prefix, std::vector<std::pair<std::string, std::string>>* out)
+      : tag_(tag), prefix_(std::move(prefix)), out_(out) {}
+  template <typename T>
+  void Field(const char* name, T& value, unsigned tags = kNoTags) {
+    if ((tags & tag_) != 0) out_->emplace_back(prefix_ + name, Text(value));
+  }
+  template <typename T>
+  void Section(const char* name, T& sub) {
+    TaggedTexts t(tag_, prefix_ + name + ".", out_);
+    VisitFields(sub, t);
+  }
+
+ private:
+  template <typename T>
+  static std::string Text(const T& v) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return absl::StrFormat("%.17g", v);
+    } else if constexpr (std::is_enum_v<T>) {
+      return std::string(NameOf(v));
+    } else {
+      return absl::StrCat(v);
+    }
+  }
+  FieldTag tag_;
+  std::string prefix_;
+  std::vector<std::pair<std::string, std::string>>* out_;
+};
 
 // ---------------------------------------------------------------- suggestions
 
@@ -183,13 +141,19 @@ std::string Suggest(const std::string& full) {
 // Where the fields of one parse came from, for messages.
 struct Locations {
   std::string source;
+  LineStyle style = LineStyle::kProse;
   std::map<std::string, int> lines;  // full field name -> 1-based line of its key
+
+  // "SOURCE at line N" (or "SOURCE:N").
+  std::string Place(int line) const {
+    return style == LineStyle::kProse ? absl::StrCat(source, " at line ", line) : absl::StrCat(source, ":", line);
+  }
 
   // " in SOURCE at line N" for `field`, or for its section when it is not in the file.
   std::string Where(const std::string& field) const {
     for (std::string f = field; !f.empty();) {
       auto it = lines.find(f);
-      if (it != lines.end()) return absl::StrCat(" in ", source, " at line ", it->second);
+      if (it != lines.end()) return absl::StrCat(" in ", Place(it->second));
       const size_t dot = f.rfind('.');
       f = dot == std::string::npos ? "" : f.substr(0, dot);
     }
@@ -263,6 +227,17 @@ std::string Decode(const YAML::Node& n, uint64_t* out) {
   return "must be a non-negative integer, got " + Describe(n);
 }
 
+// An enumeration (train_config_enums.h), by name.
+template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+std::string Decode(const YAML::Node& n, E* out) {
+  std::string name;
+  if (std::string err = Decode(n, &name); !err.empty()) return err;
+  const std::optional<E> value = EnumFromName<E>(name);
+  if (!value) return absl::StrCat("must be one of ", EnumNameList<E>(), "; got '", Echo(name), "'");
+  *out = *value;
+  return "";
+}
+
 // ---------------------------------------------------------------- the YAML reader
 
 // Reads the fields of one YAML map into a struct; unknown and duplicate keys are
@@ -276,7 +251,7 @@ class YamlReader {
   }
 
   template <typename T>
-  void Field(const char* name, T& out) {
+  void Field(const char* name, T& out, unsigned = kNoTags) {
     const Entry* e = Take(name);
     if (e == nullptr) return;
     const std::string err = Decode(e->value, &out);
@@ -323,15 +298,14 @@ class YamlReader {
     if (!key.IsScalar()) {
       status_ = absl::InvalidArgumentError(absl::StrCat(
           "a key", prefix_.empty() ? "" : " in '" + prefix_.substr(0, prefix_.size() - 1) + "'",
-          " in ", loc_->source, " at line ", line, " is not a field name"));
+          " in ", loc_->Place(line), " is not a field name"));
       return;
     }
     const std::string full = prefix_ + key.Scalar();
     auto [it, fresh] = loc_->lines.emplace(full, line);
     if (!fresh) {
       status_ = absl::InvalidArgumentError(absl::StrCat("duplicate field '", Echo(full), "' in ",
-                                                        loc_->source, " at line ", line,
-                                                        " (first at line ", it->second, ")"));
+                                                        loc_->Place(line), " (first at line ", it->second, ")"));
       return;
     }
     entries_.push_back(Entry{key.Scalar(), value});
@@ -360,8 +334,12 @@ class YamlReader {
 class JsonWriter {
  public:
   template <typename T>
-  void Field(const char* name, T& value) {
-    json_[name] = value;
+  void Field(const char* name, T& value, unsigned = kNoTags) {
+    if constexpr (std::is_enum_v<T>) {
+      json_[name] = std::string(NameOf(value));
+    } else {
+      json_[name] = value;
+    }
   }
   template <typename T>
   void Section(const char* name, T& sub) {
@@ -391,16 +369,17 @@ absl::StatusOr<TrainConfig> ParseYaml(std::string_view text, Locations* loc) {
 
 }  // namespace
 
-absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_view source) {
+absl::StatusOr<JobFile> ParseJobFile(std::string_view text, std::string_view source, LineStyle style) {
   Locations loc;
   loc.source = EchoPath(source);
+  loc.style = style;
   if (text.size() > kMaxJobFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat(loc.source, ": ", text.size(), " bytes, more than a job file's limit of ",
                                                    kMaxJobFileBytes));
   }
   // yaml-cpp recurses once per level of nesting: refuse absurd nesting before it parses.
   if (const int line = YamlNestingExceeded(text, kMaxYamlNesting); line != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(loc.source, " at line ", line, ": nested deeper than ",
+    return absl::InvalidArgumentError(absl::StrCat(loc.Place(line), ": nested deeper than ",
                                                    kMaxYamlNesting, " levels (or too many brackets)"));
   }
   absl::StatusOr<TrainConfig> config;
@@ -409,14 +388,19 @@ absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_
   } catch (const YAML::Exception& e) {
     const std::string where = e.mark.is_null()
                                   ? loc.source
-                                  : absl::StrCat(loc.source, " at line ", e.mark.line + 1,
-                                                 ", column ", e.mark.column + 1);
+                                  : absl::StrCat(loc.Place(e.mark.line + 1), ", column ", e.mark.column + 1);
     return absl::InvalidArgumentError(absl::StrCat(where, ": not valid YAML or JSON: ", Echo(e.msg)));
   }
   if (!config.ok()) return config.status();
   if (const std::optional<train_config_internal::Problem> p = FindProblem(*config))
     return FieldError(p->field, loc.Where(p->field), p->what);
-  return config;
+  return JobFile{*std::move(config), std::move(loc.lines)};
+}
+
+absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_view source) {
+  absl::StatusOr<JobFile> file = ParseJobFile(text, source, LineStyle::kProse);
+  if (!file.ok()) return file.status();
+  return std::move(file->config);
 }
 
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path) {
@@ -433,6 +417,21 @@ std::string TrainConfigToJson(const TrainConfig& config) {
   JsonWriter writer;
   VisitFields(copy, writer);
   return writer.json().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::vector<std::string> TrainConfigFieldNames(bool sections) {
+  TrainConfig c;
+  NameCollector collector(sections);
+  VisitFields(c, collector);
+  return collector.names();
+}
+
+std::vector<std::pair<std::string, std::string>> TaggedFieldTexts(const TrainConfig& config, FieldTag tag) {
+  TrainConfig copy = config;  // the visitors take mutable references
+  std::vector<std::pair<std::string, std::string>> out;
+  TaggedTexts texts(tag, "", &out);
+  VisitFields(copy, texts);
+  return out;
 }
 
 }  // namespace slidedp

@@ -1,14 +1,17 @@
 // TrainConfig: everything one training job needs, as plain data. Parsed from YAML or
-// JSON by slidedp-train, translated from the API's JobSpec by the daemon.
+// JSON by slidedp-train and the CLI, translated from the API's JobSpec by the daemon;
+// its fields are listed once, in train_config_fields.h.
 // Plain data; no threads.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/train_config_enums.h"
 
 namespace slidedp {
 
@@ -53,7 +56,7 @@ struct OptimizerConfig {
   // How AdamW's m and v are stored in host memory (runtime/state/moment_codec.h):
   // "fp32" (8 bytes a parameter), "bf16" (4), "int8" (8-bit codes with an fp32 scale per
   // 256 elements, about 2). The update's math is fp32 in every case.
-  std::string state_dtype = "fp32";
+  MomentDtype state_dtype = MomentDtype::kFp32;
 };
 
 // Elements per quantization block of int8 moments (one fp32 scale each); the update
@@ -63,11 +66,11 @@ inline constexpr int64_t kInt8MomentBlock = 256;
 struct PolicyConfig {
   int64_t chunk_elems = 0;          // 0: one chunk per unit
   int prefetch_depth = 1;           // units fetched ahead of compute
-  std::string param_route = "replicate";    // replicate | scatter_allgather
-  std::string grad_route = "gather_host";   // gather_host | reduce_scatter | reduce_one
+  ParamRoute param_route = ParamRoute::kReplicate;
+  GradRoute grad_route = GradRoute::kGatherHost;
   // Where layer inputs wait for backward: device | host | auto (host when one step's
   // inputs would take more than 40% of the GPU's memory).
-  std::string activations = "auto";
+  ActivationPlacement activations = ActivationPlacement::kAuto;
   int64_t loss_chunk_tokens = 1024;         // sequence positions per LM-head chunk
   // Sequence positions per MLP tile (its [rows, tile, FFN] intermediates are the largest
   // tensors of a block; tiles are recomputed in backward). 0: the whole sequence while
@@ -78,7 +81,7 @@ struct PolicyConfig {
   // "bf16" (in the streamed bf16 copy: 14 bytes per parameter in all, needs bf16
   // compute and a route whose devices reduce, i.e. not gather_host with several
   // workers), "auto" (bf16 on cuda where allowed, else fp32).
-  std::string grad_landing = "auto";
+  GradLanding grad_landing = GradLanding::kAuto;
   // The policy manager (runtime/plan/): with `auto`, the job calibrates at start, picks
   // micro_batch_size/grad_accum (same global batch), prefetch_depth, activations and
   // the routes that fit the GPU memory budget and minimize the predicted step time,
@@ -97,8 +100,8 @@ struct TrainConfig {
   int64_t micro_batch_size = 4;  // sequences per micro-batch
   int64_t grad_accum = 1;        // micro-batches per worker per step
   int workers = 1;               // data-parallel workers (GPUs, or CPU threads on the CPU device)
-  std::string device = "cpu";    // cpu | cuda
-  std::string compute_dtype = "fp32";  // fp32 | bf16 (bf16 always on cuda)
+  DeviceKind device = DeviceKind::kCpu;
+  ComputeDtype compute_dtype = ComputeDtype::kFp32;  // bf16 always on cuda
   int64_t steps = 100;
   OptimizerConfig optimizer;
   uint64_t seed = 1234;
@@ -135,6 +138,20 @@ absl::Status ValidateTrainConfig(const TrainConfig& config);
 // Text over kMaxJobFileBytes, or nested deeper than kMaxYamlNesting (runtime/io/
 // json_nesting.h), is refused before YAML parsing.
 absl::StatusOr<TrainConfig> ParseTrainConfig(std::string_view text, std::string_view source);
+
+// How messages place a line of the file: " in job.yaml at line 3" (kProse) or
+// " in job.yaml:3" (kFileColonLine, as compilers do; the CLI's style).
+enum class LineStyle { kProse, kFileColonLine };
+
+// A parsed job file: the config, and the fields the file sets (full names, sections
+// included, e.g. "optimizer" and "optimizer.lr") with the line of each.
+struct JobFile {
+  TrainConfig config;
+  std::map<std::string, int> lines;
+};
+
+// ParseTrainConfig, with the fields the file sets and messages in `style`.
+absl::StatusOr<JobFile> ParseJobFile(std::string_view text, std::string_view source, LineStyle style);
 absl::StatusOr<TrainConfig> LoadTrainConfig(const std::string& path);
 
 // JSON with every field, for logs and checkpoints.

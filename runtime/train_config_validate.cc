@@ -57,6 +57,14 @@ Check OneOf(const char* field, const std::string& value, std::vector<std::string
       field, absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "), "; got '", Echo(value), "'")};
 }
 
+// An enumeration holds a value of its table (only a cast makes another).
+template <typename E>
+Check Known(const char* field, E value) {
+  if (*NameOf(value) != '\0') return std::nullopt;
+  return Problem{field, absl::StrCat("must be one of ", EnumNameList<E>(), "; got '",
+                                     static_cast<int>(value), "'")};
+}
+
 // `ok` is written so that NaN fails it.
 Check Real(const char* field, double value, bool ok, const char* rule) {
   if (ok && !std::isnan(value)) return std::nullopt;
@@ -113,7 +121,6 @@ Check CheckOptimizer(const OptimizerConfig& o) {
   if (Check c = Real("optimizer.min_lr_ratio", o.min_lr_ratio, ratio_ok, "in [0, 1]")) return c;
   if (Check c = Bounded("optimizer.warmup_steps", o.warmup_steps, 0, kMaxSteps)) return c;
   if (Check c = OneOf("optimizer.schedule", o.schedule, {"constant", "linear", "cosine"})) return c;
-  if (Check c = OneOf("optimizer.state_dtype", o.state_dtype, {"fp32", "bf16", "int8"})) return c;
   if (Check c = Real("optimizer.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)"))
     return c;
   if (Check c = Real("optimizer.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)"))
@@ -130,16 +137,12 @@ Check CheckOptimizer(const OptimizerConfig& o) {
 Check CheckPolicy(const PolicyConfig& p) {
   if (Check c = Bounded("policy.chunk_elems", p.chunk_elems, 0, kMaxChunk)) return c;
   if (Check c = InRange("policy.prefetch_depth", p.prefetch_depth, 1, 8)) return c;
-  if (Check c = OneOf("policy.param_route", p.param_route, {"replicate", "scatter_allgather"}))
-    return c;
-  if (Check c = OneOf("policy.grad_route", p.grad_route,
-                      {"gather_host", "reduce_scatter", "reduce_one"})) {
-    return c;
-  }
-  if (Check c = OneOf("policy.activations", p.activations, {"device", "host", "auto"})) return c;
+  if (Check c = Known("policy.param_route", p.param_route)) return c;
+  if (Check c = Known("policy.grad_route", p.grad_route)) return c;
+  if (Check c = Known("policy.activations", p.activations)) return c;
   if (Check c = Bounded("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1, kMaxChunk)) return c;
   if (Check c = Bounded("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0, kMaxChunk)) return c;
-  if (Check c = OneOf("policy.grad_landing", p.grad_landing, {"auto", "fp32", "bf16"})) return c;
+  if (Check c = Known("policy.grad_landing", p.grad_landing)) return c;
   if (Check c = Bounded("policy.gpu_memory_budget_bytes", p.gpu_memory_budget_bytes, 0, int64_t{1} << 56)) return c;
   const bool drift_ok = p.replan_threshold > 0 && std::isfinite(p.replan_threshold);
   if (Check c = Real("policy.replan_threshold", p.replan_threshold, drift_ok, "> 0 and finite")) return c;
@@ -161,8 +164,8 @@ Check CheckShape(const TrainConfig& c) {
                    absl::StrCat("makes micro_batch_size * grad_accum * workers * seq_len = ",
                                 tokens, " tokens a step, more than 2^40")};
   }
-  if (Check p = OneOf("device", c.device, {"cpu", "cuda"})) return p;
-  return OneOf("compute_dtype", c.compute_dtype, {"fp32", "bf16"});
+  if (Check p = Known("device", c.device)) return p;
+  return Known("compute_dtype", c.compute_dtype);
 }
 
 Check CheckRun(const TrainConfig& c) {
@@ -205,7 +208,7 @@ Check FindProblem(const TrainConfig& c) {
   if (Check p = CheckData(c.data)) return p;
   if (Check p = CheckOptimizer(c.optimizer)) return p;
   if (Check p = CheckPolicy(c.policy)) return p;
-  if (c.optimizer.state_dtype == "int8" && c.policy.chunk_elems % kInt8MomentBlock != 0) {
+  if (c.optimizer.state_dtype == MomentDtype::kInt8 && c.policy.chunk_elems % kInt8MomentBlock != 0) {
     return Problem{"policy.chunk_elems", absl::StrCat("must be a multiple of ", kInt8MomentBlock,
                                                       " with optimizer.state_dtype int8 (its quantization "
                                                       "blocks), got ", c.policy.chunk_elems)};

@@ -93,8 +93,8 @@ void PrintJob(const Trainer& trainer) {
       "slidedp-train: model %s (%s, %lld layers, %.1fM parameters) | %s x%d | %s | "
       "%lld tokens/step | %lld steps\n",
       c.model.c_str(), std::string(FamilyName(m.family)).c_str(),
-      static_cast<long long>(m.num_layers), trainer.num_parameters() / 1e6, c.device.c_str(),
-      c.workers, c.compute_dtype.c_str(), static_cast<long long>(c.tokens_per_step()),
+      static_cast<long long>(m.num_layers), trainer.num_parameters() / 1e6, NameOf(c.device),
+      c.workers, NameOf(c.compute_dtype), static_cast<long long>(c.tokens_per_step()),
       static_cast<long long>(c.steps));
   std::fflush(stdout);
 }

@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   jobs.store = d->store_.get();
   jobs.trainer_factory = options.trainer_factory;
   const PathPolicy* policy = d->paths_.get();
-  jobs.translator = [policy](const v1::JobSpec& spec) { return JobSpecToTrainConfig(spec, *policy); };
+  jobs.translator = [policy](const v1::JobSpec& spec) { return StoredSpecToTrainConfig(spec, *policy); };
   jobs.metrics = d->metrics_.get();
   jobs.peak_flops_per_worker = options.peak_flops_per_worker;
   absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::Start(std::move(jobs));

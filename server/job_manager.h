@@ -40,9 +40,9 @@ namespace slidedp::server {
 // from Create or Step within about a second).
 using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<Trainer>>(
     const TrainConfig&, std::shared_ptr<const StopToken> stop)>;
-// The spec -> TrainConfig translation with path checks (JobSpecToTrainConfig bound
-// to the daemon's PathPolicy); run again when a job starts, so a path changed into a
-// symlink after submission is still caught.
+// The stored spec -> TrainConfig translation with path checks (StoredSpecToTrainConfig
+// bound to the daemon's PathPolicy; the values were validated at submit); run when a
+// job starts, so a path changed into a symlink after submission is still caught.
 using SpecTranslator = std::function<absl::StatusOr<TrainConfig>(const v1::JobSpec&)>;
 
 // Receives the events of one watched job.

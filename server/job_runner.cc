@@ -316,7 +316,7 @@ void JobManager::RecordStep(const std::string& id, const StepStats& stats,
   if (options_.metrics != nullptr) {
     // Unset: the dense BF16 peak of an H100/H200 SXM on cuda, unknown (not reported) on cpu.
     double peak = options_.peak_flops_per_worker;
-    if (peak <= 0 && config.device == "cuda") peak = kDefaultCudaPeakFlops;
+    if (peak <= 0 && config.device == DeviceKind::kCuda) peak = kDefaultCudaPeakFlops;
     options_.metrics->RecordStep(stats, StepContext{config.workers, num_parameters, peak});
   }
   const v1::StepEvent event = ToStepEvent(stats);

@@ -16,11 +16,11 @@ void KnobsToProto(const PlanKnobs& k, v1::PlanKnobs* out) {
   out->set_grad_accum(k.grad_accum);
   out->set_chunk_elems(k.policy.chunk_elems);
   out->set_prefetch_depth(k.policy.prefetch_depth);
-  out->set_param_route(Text(k.policy.param_route));
-  out->set_grad_route(Text(k.policy.grad_route));
-  out->set_activations(Text(k.policy.activations));
+  out->set_param_route(NameOf(k.policy.param_route));
+  out->set_grad_route(NameOf(k.policy.grad_route));
+  out->set_activations(NameOf(k.policy.activations));
   out->set_loss_chunk_tokens(k.policy.loss_chunk_tokens);
-  out->set_grad_landing(Text(k.policy.grad_landing));
+  out->set_grad_landing(NameOf(k.policy.grad_landing));
 }
 
 void TimesToProto(const std::map<std::string, double>& times,

@@ -125,7 +125,7 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::SubmitJob(grpc::CallbackServerCon
     absl::StatusOr<TrainConfig> config = JobSpecToTrainConfig(request->spec(), *options_.paths);
     if (!config.ok()) return config.status();
     if (absl::Status s = AdmitAtSubmit(*config); !s.ok()) return s;
-    return Assign(options_.jobs->Submit(TrainConfigToJobSpec(*config)), response);
+    return Assign(options_.jobs->Submit(SpecAsSubmitted(request->spec())), response);
   });
 }
 

@@ -24,6 +24,12 @@ absl::Status CheckSpecWellFormed(const v1::JobSpec& spec);
 absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec,
                                                  const PathPolicy& paths);
 
+// A stored job's spec (validated by JobSpecToTrainConfig when it was submitted) as the
+// config to run: JobSpecToTrainConfig without validating the values again, but with the
+// path checks again (the files may have changed since, the roots with a restart).
+// Trainer::Create checks the config it is given.
+absl::StatusOr<TrainConfig> StoredSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths);
+
 // Defaults only, no validation and no path checks (for tests and round trips).
 TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& spec);
 
@@ -39,5 +45,9 @@ void BindConfigToJob(const std::string& job_id, TrainConfig* config);
 
 // Every field set, so that the result shows the defaults that were applied.
 v1::JobSpec TrainConfigToJobSpec(const TrainConfig& config);
+
+// What a job keeps and shows of `spec`: the spec as submitted (paths as given; the
+// job resolves them when it starts), each field it leaves unset shown with its default.
+v1::JobSpec SpecAsSubmitted(const v1::JobSpec& spec);
 
 }  // namespace slidedp::server

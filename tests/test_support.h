@@ -1,15 +1,18 @@
-// Small helpers the runtime tests share: a per-process temporary folder and the tiny
-// Llama shape that file tests load. Header-only; called from the test's thread.
+// Small helpers the runtime tests share: a per-process temporary folder, the tiny Llama
+// shape that file tests load, and the tiny trainer job that the trainer tests start
+// from. Header-only; called from the test's thread.
 #pragma once
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "runtime/model/model_config.h"
+#include "runtime/train_config.h"
 
 namespace slidedp::testing {
 
@@ -43,6 +46,23 @@ inline ModelConfig TinyLlamaConfig() {
   c.num_heads = 4;
   c.num_kv_heads = 2;
   c.head_dim = 4;
+  return c;
+}
+
+// The tiny preset trained on the built-in synthetic corpus by two workers, 2 sequences of
+// 32 tokens a micro-batch, one micro-batch a step, at lr 3e-3 (where it learns within a
+// few steps), for `steps` steps. The trainer tests start from it and change what they
+// are about.
+inline TrainConfig TinyTrainConfig(int64_t steps) {
+  TrainConfig c;
+  c.model = "tiny";
+  c.data.format = "synthetic";
+  c.seq_len = 32;
+  c.micro_batch_size = 2;
+  c.grad_accum = 1;
+  c.workers = 2;
+  c.steps = steps;
+  c.optimizer.lr = 3e-3;
   return c;
 }
 

@@ -1,6 +1,6 @@
 // PCIe probe: pinned host <-> device copy rates of one GPU, each direction alone and both
 // at once on two streams, and the GPU's free memory, for the step-time model's
-// calibration (runtime/plan/calibration.h). Needs only the CUDA toolkit (no LibTorch).
+// calibration (runtime/engine/calibration.h). Needs only the CUDA toolkit (no LibTorch).
 // Called from the job's thread before the workers exist; allocates and frees its own
 // buffers.
 #pragma once

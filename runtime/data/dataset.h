@@ -9,14 +9,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/model/ignore_index.h"
 #include "runtime/model/model_config.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
 
 class StopToken;  // runtime/io/stop_token.h
-
-inline constexpr int32_t kIgnoreIndex = -100;
 
 // `rows` sequences of `seq_len` tokens; targets[i] is the token after inputs[i], or
 // kIgnoreIndex where no loss is taken. Row-major [rows, seq_len]. `positions` is empty

@@ -2,7 +2,7 @@
 // HostState (runtime/state/host_state.h), RouteShared's landing buffers
 // (runtime/engine/routes.h), each Worker's slots and accumulators and its step
 // (runtime/engine/worker.cc), the eager attention of runtime/model/transformer.cc on
-// the CPU, and the MLP tiles of runtime/engine/activation_policy.h.
+// the CPU, and the MLP tiles of runtime/plan/activation_policy.h.
 #include "runtime/engine/admission.h"
 
 #include <cstdlib>
@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/engine/routes.h"
+#include "runtime/plan/step_schedule.h"
 #include "runtime/state/moment_codec.h"
 
 namespace slidedp {
@@ -196,21 +197,18 @@ std::string HostMemoryNeed::Describe() const {
 
 HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& model) {
   const UnitSizes u = SizesOf(model);
-  const bool cuda = config.device == "cuda";
+  const bool cuda = config.device == DeviceKind::kCuda;
   const double W = std::max(1, config.workers);
   // The compute dtype's bytes, as Trainer::Create picks it.
-  const double dt = cuda || config.compute_dtype == "bf16" ? 2 : 4;
-  absl::StatusOr<GradRoute> route = ParseGradRoute(config.policy.grad_route);
-  const bool device_reduces = route.ok() && DeviceReducesGradient(*route, config.workers);
-  const bool bf16_landing =
-      config.policy.grad_landing == "bf16" || (config.policy.grad_landing == "auto" && cuda && device_reduces);
+  const double dt = cuda || config.compute_dtype == ComputeDtype::kBf16 ? 2 : 4;
+  const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
+  const bool bf16_landing = LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers);
 
   HostMemoryNeed n;
   n.parameters = u.total;
   // fp32 master, m and v as optimizer.state_dtype stores them, the streamed copy, and
   // the fp32 landing buffer unless gradients land in the copy.
-  MomentDtype moments = MomentDtype::kFp32;
-  ParseMomentDtype(config.optimizer.state_dtype, &moments);
+  const MomentDtype moments = config.optimizer.state_dtype;
   n.state_bytes_per_param = 4 + MomentBytesPerParam(moments) + dt + (bf16_landing ? 0 : 4);
   n.host_state = u.total * n.state_bytes_per_param;
   // gather_host with several workers: one fp32 landing buffer per rank, pinned on cuda.
@@ -229,9 +227,9 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
   if (cuda) {
     // The rest is GPU memory, except layer inputs offloaded to pinned host memory. With
     // "auto" the placement depends on the GPU's size: not counted (a floor).
-    if (config.policy.activations == "host") n.activations = W * kept;
+    if (config.policy.activations == ActivationPlacement::kHost) n.activations = W * kept;
   } else {
-    const double S = std::max(1, config.policy.prefetch_depth) + 2;
+    const double S = StepSchedule::SlotsFor(config.policy.prefetch_depth);
     // Parameter slots, two fp32 accumulators and the embedding's, bf16 landing buffers.
     n.worker_buffers = W * (S * u.max_unit * dt + (2 * u.max_rest + u.embedding) * 4 +
                             (bf16_landing ? (2 * u.max_rest + u.embedding) * dt : 0));

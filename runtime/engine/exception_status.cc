@@ -28,6 +28,8 @@ absl::Status FromMessage(absl::string_view what, std::string message) {
 absl::Status CurrentExceptionStatus(absl::string_view what) {
   try {
     throw;
+  } catch (const StatusException& e) {
+    return absl::Status(e.status().code(), absl::StrCat(what, ": ", e.status().message()));
   } catch (const std::bad_alloc& e) {
     return absl::ResourceExhaustedError(absl::StrCat(what, ": out of host memory (", e.what(), ")"));
   } catch (const c10::Error& e) {

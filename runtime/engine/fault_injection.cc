@@ -5,12 +5,23 @@
 #include <new>
 #include <stdexcept>
 
+#include "absl/synchronization/mutex.h"
+
 namespace slidedp {
 namespace {
 
 // Gradient buffers left before the failure; -1: disarmed.
 std::atomic<int> countdown{-1};
 std::atomic<bool> host_allocation{false};
+std::atomic<bool> landing_armed{false};
+std::atomic<std::vector<RecordedSlotEvent>*> slot_log{nullptr};
+
+ABSL_CONST_INIT absl::Mutex mu(absl::kConstInit);
+
+absl::Status& LandingFailure() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  static absl::Status* const status = new absl::Status();
+  return *status;
+}
 
 }  // namespace
 
@@ -30,6 +41,30 @@ void InjectHostAllocationFailure() { host_allocation.store(true); }
 
 void MaybeInjectHostAllocationFailure() {
   if (host_allocation.exchange(false)) throw std::bad_alloc();
+}
+
+void InjectLandingFailure(absl::Status status) {
+  absl::MutexLock lock(&mu);
+  LandingFailure() = std::move(status);
+  landing_armed.store(!LandingFailure().ok());
+}
+
+absl::Status MaybeInjectLandingFailure() {
+  if (!landing_armed.load()) return absl::OkStatus();
+  absl::MutexLock lock(&mu);
+  if (!landing_armed.exchange(false)) return absl::OkStatus();
+  return LandingFailure();
+}
+
+void RecordSlotEvents(std::vector<RecordedSlotEvent>* log) {
+  absl::MutexLock lock(&mu);
+  slot_log.store(log);
+}
+
+void MaybeRecordSlotEvent(int rank, int64_t step, StepSchedule::Event event) {
+  if (slot_log.load(std::memory_order_relaxed) == nullptr) return;
+  absl::MutexLock lock(&mu);
+  if (std::vector<RecordedSlotEvent>* log = slot_log.load()) log->push_back({rank, step, event});
 }
 
 }  // namespace slidedp

@@ -15,25 +15,6 @@ bool Async(const at::Tensor& host, const at::Tensor& dev) { return host.is_pinne
 
 }  // namespace
 
-absl::StatusOr<ParamRoute> ParseParamRoute(const std::string& name) {
-  if (name == "replicate") return ParamRoute::kReplicate;
-  if (name == "scatter_allgather") return ParamRoute::kScatterAllGather;
-  return absl::InvalidArgumentError("policy.param_route: unknown route '" + name +
-                                    "' (replicate, scatter_allgather)");
-}
-
-absl::StatusOr<GradRoute> ParseGradRoute(const std::string& name) {
-  if (name == "gather_host") return GradRoute::kGatherHost;
-  if (name == "reduce_scatter") return GradRoute::kReduceScatter;
-  if (name == "reduce_one") return GradRoute::kReduceOne;
-  return absl::InvalidArgumentError("policy.grad_route: unknown route '" + name +
-                                    "' (gather_host, reduce_scatter, reduce_one)");
-}
-
-bool DeviceReducesGradient(GradRoute route, int world) {
-  return world == 1 || route != GradRoute::kGatherHost;
-}
-
 RouteShared::RouteShared(int w, int64_t max_unit_numel, int units, bool pin, bool host_sum,
                          std::unique_ptr<Communicator> device_comm)
     : world(w), comm(std::move(device_comm)), land_comm(w), partial_sumsq(w, 0.0),

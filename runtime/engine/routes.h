@@ -19,20 +19,11 @@
 #include "runtime/engine/device_streams.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/state/host_state.h"
+#include "runtime/train_config_enums.h"
 
 namespace slidedp {
 
-enum class ParamRoute { kReplicate, kScatterAllGather };
-enum class GradRoute { kGatherHost, kReduceScatter, kReduceOne };
-
-absl::StatusOr<ParamRoute> ParseParamRoute(const std::string& name);
-absl::StatusOr<GradRoute> ParseGradRoute(const std::string& name);
-
-// Whether `route` with `world` workers gives each device the reduced gradient (or its
-// slice of it), so that the device computes the norm and the host receives the final
-// values: then the gradient may land in bf16 in the streamed copy. gather_host with
-// several workers sums on the host and needs the fp32 gradient buffer.
-bool DeviceReducesGradient(GradRoute route, int world);
+// ParamRoute, GradRoute and DeviceReducesGradient: runtime/train_config_enums.h.
 
 // State the workers of one job share for the routes.
 struct RouteShared {

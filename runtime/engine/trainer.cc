@@ -21,6 +21,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/engine/admission.h"
 #include "runtime/engine/batch_tensors.h"
+#include "runtime/engine/calibration.h"
 #include "runtime/engine/engine_trainer.h"
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/fault_injection.h"
@@ -30,11 +31,13 @@
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
 #include "runtime/model/hf_checkpoint.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/model/param_layout.h"
+#include "runtime/plan/job_knobs.h"
 #include "runtime/plan/plan_manager.h"
 #include "runtime/state/checkpoint.h"
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
+#include "runtime/train_config_fields.h"
 
 namespace slidedp {
 namespace {
@@ -51,55 +54,16 @@ absl::StatusOr<ModelConfig> ResolveModel(const std::string& model, bool* from_di
   return preset;
 }
 
-// "embedding", "block.3", "head": a unit's name in checkpoints and messages.
-std::string UnitName(const UnitLayout& u) {
-  switch (u.kind) {
-    case UnitKind::kEmbedding: return "embedding";
-    case UnitKind::kHead: return "head";
-    case UnitKind::kBlock: break;
-  }
-  return absl::StrCat("block.", u.layer);
-}
-
 // The first field that shapes the training trajectory and differs between the job that
 // wrote a checkpoint and `now`, as "field (checkpoint: x, now: y)"; empty if none.
 std::string TrajectoryMismatch(const TrainConfig& saved, const TrainConfig& now) {
-  const auto num = [](auto v) {
-    if constexpr (std::is_floating_point_v<decltype(v)>) {
-      return absl::StrFormat("%.17g", v);
-    } else {
-      return absl::StrCat(v);
+  // The fields the list tags kTrajectory (train_config_fields.h), in its order.
+  const auto a = TaggedFieldTexts(saved, kTrajectory);
+  const auto b = TaggedFieldTexts(now, kTrajectory);
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i].second != b[i].second) {
+      return absl::StrCat(a[i].first, " (checkpoint: ", a[i].second, ", now: ", b[i].second, ")");
     }
-  };
-  const std::vector<std::tuple<const char*, std::string, std::string>> fields = {
-      {"model", saved.model, now.model},
-      {"data.format", saved.data.format, now.data.format},
-      {"data.path", saved.data.path, now.data.path},
-      {"data.token_dtype", saved.data.token_dtype, now.data.token_dtype},
-      {"data.shuffle", num(saved.data.shuffle), num(now.data.shuffle)},
-      {"data.tokenizer", saved.data.tokenizer, now.data.tokenizer},
-      {"data.skip_bad_lines", num(saved.data.skip_bad_lines), num(now.data.skip_bad_lines)},
-      {"data.document_mask", num(saved.data.document_mask), num(now.data.document_mask)},
-      {"seq_len", num(saved.seq_len), num(now.seq_len)},
-      {"micro_batch_size", num(saved.micro_batch_size), num(now.micro_batch_size)},
-      {"grad_accum", num(saved.grad_accum), num(now.grad_accum)},
-      {"workers", num(saved.workers), num(now.workers)},
-      {"compute_dtype", saved.compute_dtype, now.compute_dtype},
-      {"steps", num(saved.steps), num(now.steps)},
-      {"seed", num(saved.seed), num(now.seed)},
-      {"optimizer.lr", num(saved.optimizer.lr), num(now.optimizer.lr)},
-      {"optimizer.min_lr_ratio", num(saved.optimizer.min_lr_ratio), num(now.optimizer.min_lr_ratio)},
-      {"optimizer.warmup_steps", num(saved.optimizer.warmup_steps), num(now.optimizer.warmup_steps)},
-      {"optimizer.schedule", saved.optimizer.schedule, now.optimizer.schedule},
-      {"optimizer.beta1", num(saved.optimizer.beta1), num(now.optimizer.beta1)},
-      {"optimizer.beta2", num(saved.optimizer.beta2), num(now.optimizer.beta2)},
-      {"optimizer.eps", num(saved.optimizer.eps), num(now.optimizer.eps)},
-      {"optimizer.weight_decay", num(saved.optimizer.weight_decay), num(now.optimizer.weight_decay)},
-      {"optimizer.max_grad_norm", num(saved.optimizer.max_grad_norm), num(now.optimizer.max_grad_norm)},
-      {"optimizer.state_dtype", saved.optimizer.state_dtype, now.optimizer.state_dtype},
-  };
-  for (const auto& [name, a, b] : fields) {
-    if (a != b) return absl::StrCat(name, " (checkpoint: ", a, ", now: ", b, ")");
   }
   return "";
 }
@@ -122,11 +86,11 @@ absl::Status EngineTrainer::Init() {
 }
 
 absl::Status EngineTrainer::BuildWorkers() {
-  const bool cuda = config_.device == "cuda";
+  const bool cuda = config_.device == DeviceKind::kCuda;
   const int W = config_.workers;
   int64_t max_numel = 0;
   for (const UnitLayout& u : state_->layout().units) max_numel = std::max(max_numel, u.numel);
-  const GradRoute grad_route = *ParseGradRoute(config_.policy.grad_route);
+  const GradRoute grad_route = config_.policy.grad_route;
   std::unique_ptr<Communicator> comm;
   if (W > 1) {
     if (cuda) {
@@ -166,7 +130,7 @@ std::vector<CheckpointUnit> EngineTrainer::CheckpointUnits() {
   std::vector<CheckpointUnit> units;
   for (int u = 0; u < state_->num_units(); ++u) {
     UnitState& us = state_->unit(u);
-    units.push_back(CheckpointUnit{UnitName(state_->layout().units[u]), state_->layout().units[u].numel,
+    units.push_back(CheckpointUnit{UnitName(u, state_->num_units()), state_->layout().units[u].numel,
                                    us.master.data_ptr<float>(), state_->moments(u)});
   }
   return units;
@@ -266,7 +230,7 @@ absl::Status EngineTrainer::AfterStep(const StepUpdateSummary& u, StepStats& s) 
     ++skipped_steps_;
     ++bad_in_row_;
     s.bad_unit = u.bad_unit;
-    if (u.bad_unit >= 0) s.bad_unit_name = UnitName(state_->layout().units[u.bad_unit]);
+    if (u.bad_unit >= 0) s.bad_unit_name = UnitName(u.bad_unit, state_->num_units());
   } else {
     bad_in_row_ = 0;
   }
@@ -446,7 +410,7 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
   // A plan's first step (and the job's) warms up: not a measure of the plan.
   const bool first_of_plan = probe_ || s.step == 1;
   probe_ = false;
-  if (std::optional<PlanKnobs> replanned = plan_.AfterStep(s, first_of_plan)) {
+  if (std::optional<PlanKnobs> replanned = ReportStep(plan_, s, first_of_plan)) {
     if (absl::Status st = ApplyKnobs(*replanned); !st.ok()) return st;
   }
   return s;
@@ -464,14 +428,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
                                                       const ModelConfig& model_config, bool from_dir,
                                                       PlanManager plan, TrainerInputs inputs) {
   const ModelConfig* model = &model_config;
-  const bool cuda = config.device == "cuda";
+  const bool cuda = config.device == DeviceKind::kCuda;
   // GPUs compute in bf16 (fp32 master weights stay on the host); the CPU device as asked.
-  const at::ScalarType dtype = cuda || config.compute_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType dtype = cuda || config.compute_dtype == ComputeDtype::kBf16 ? at::kBFloat16 : at::kFloat;
   // Gradients land in bf16 in the streamed copy (14 bytes a parameter) unless asked
   // otherwise or unless the host must sum several workers' gradients.
-  const GradRoute grad_route = *ParseGradRoute(config.policy.grad_route);
-  const bool device_reduces = DeviceReducesGradient(grad_route, config.workers);
-  bool bf16_landing = config.policy.grad_landing == "bf16" || (config.policy.grad_landing == "auto" && cuda && device_reduces);
+  const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
+  bool bf16_landing = LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers);
   if (bf16_landing && dtype != at::kBFloat16) {
     return absl::InvalidArgumentError("policy.grad_landing: bf16 needs bf16 compute (compute_dtype: bf16, or device: cuda)");
   }
@@ -482,8 +445,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   }
   const StopToken* stop = inputs.stop.get();
   MaybeInjectHostAllocationFailure();
-  MomentDtype moments = MomentDtype::kFp32;
-  ParseMomentDtype(config.optimizer.state_dtype, &moments);  // validated: one of the names
+  const MomentDtype moments = config.optimizer.state_dtype;
   auto state = std::make_unique<HostState>(*model, dtype, config.policy.chunk_elems, /*pin=*/cuda,
                                            /*fp32_grad=*/!bf16_landing, moments);
   if (!config.resume_from.empty()) {
@@ -530,21 +492,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainConfig& config
   if (inputs.eval.batches < 1) {
     return absl::InvalidArgumentError(absl::StrCat("eval_batches ", inputs.eval.batches, " is not >= 1"));
   }
-  const bool cuda = config.device == "cuda";
+  const bool cuda = config.device == DeviceKind::kCuda;
   if (cuda && (!at::hasCUDA() || at::getNumGPUs() < static_cast<size_t>(config.workers))) {
     return absl::FailedPreconditionError(absl::StrCat(
         "device: cuda with ", config.workers, " workers needs as many GPUs and a CUDA-enabled LibTorch; ",
         at::hasCUDA() ? absl::StrCat(at::getNumGPUs(), " GPUs are visible") : "this build has no CUDA"));
   }
-  if (absl::Status s = ParseParamRoute(config.policy.param_route).status(); !s.ok()) return s;
-  if (absl::Status s = ParseGradRoute(config.policy.grad_route).status(); !s.ok()) return s;
   bool from_dir = false;
   absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
   if (!model.ok()) return model.status();
   // Before anything is allocated: does the job fit in the host's memory now?
   if (absl::Status s = AdmitJob(config, *model, AdmitAgainst::kAvailable); !s.ok()) return s;
   // The plan: the job's knobs, or with policy.auto those the policy chooses.
-  absl::StatusOr<PlanManager> plan = PlanManager::Start(*model, config, inputs.stop.get());
+  absl::StatusOr<PlanManager> plan = StartPlan(*model, config, inputs.stop.get());
   if (!plan.ok()) return plan.status();
   const TrainConfig effective = WithKnobs(config, plan->knobs());
   return CreateEngine(config, effective, *model, from_dir, *std::move(plan), std::move(inputs));

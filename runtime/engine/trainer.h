@@ -43,7 +43,7 @@ struct StepStats {
   double tokens_per_second = 0.0;
   bool skipped = false;         // non-finite loss or gradient: no update was applied
   int bad_unit = -1;            // skipped: the first unit with a non-finite gradient, or -1
-  std::string bad_unit_name;    // ... as "embedding", "block.3", "head"
+  std::string bad_unit_name;    // ... as "embedding", "block 3", "head" (UnitName)
   int64_t bad_steps_in_row = 0; // skipped steps in a row ending with this one
   std::string checkpoint_path;  // the checkpoint written after this step, if any
   double checkpoint_seconds = 0.0;  // time it took (not in step_seconds)

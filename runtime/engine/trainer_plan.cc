@@ -12,7 +12,7 @@
 #include "runtime/engine/engine_trainer.h"
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/routes.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 #include "runtime/plan/plan_manager.h"
 #include "runtime/train_config.h"
 
@@ -37,7 +37,7 @@ absl::Status EngineTrainer::ChangePlan(const PlanKnobs& knobs) {
   TrainConfig next = WithKnobs(config_, knobs);
   next.policy.grad_landing = config_.policy.grad_landing;
   if (absl::Status s = ValidateTrainConfig(next); !s.ok()) return s;
-  if (!state_->fp32_grad() && !DeviceReducesGradient(*ParseGradRoute(next.policy.grad_route), next.workers)) {
+  if (!state_->fp32_grad() && !DeviceReducesGradient(next.policy.grad_route, next.workers)) {
     return absl::InvalidArgumentError("plan: gradients land in bf16, which needs a route whose devices reduce");
   }
   plan_.Force(knobs);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/step_trace.h"
+#include "runtime/model/param_layout.h"
 #include "runtime/state/adamw.h"
 
 namespace slidedp {
@@ -175,7 +176,7 @@ void UpdatePipeline::Loop() {
     }
     const double busy = MonotonicSeconds() - t0;
     if (trace_ != nullptr) {
-      trace_->Add(StepTrace::kHostPid, "update", absl::StrCat("update unit ", t.unit, t.skip ? " (skipped)" : ""), t0, t0 + busy);
+      trace_->Add(StepTrace::kHostPid, "update", absl::StrCat("update ", UnitName(t.unit, units_), t.skip ? " (skipped)" : ""), t0, t0 + busy);
     }
     absl::MutexLock lock(&mu_);
     version_[t.unit] = t.step + 1;

@@ -1,6 +1,7 @@
 // Worker: see worker.h. The step loop of one worker reads top to bottom in Step().
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
+#include "runtime/engine/exception_status.h"
 #include "runtime/engine/fault_injection.h"
 #include "runtime/model/fused_ops.h"
 
@@ -34,25 +35,15 @@ int64_t LossChunk(int64_t loss_chunk_tokens, int64_t rows) {
   return std::max<int64_t>(1, loss_chunk_tokens / std::max<int64_t>(1, rows));
 }
 
-std::string UnitName(int u, int units) {
-  if (u == 0) return "embed";
-  if (u == units - 1) return "head";
-  return absl::StrCat("block ", u - 1);
-}
-
 // Activation placement and MLP tiles for this worker's device (activation_policy.h).
 ActivationPlan Activations(const TrainConfig& config, const HostState& state, DeviceStreams* streams) {
   return ChooseActivations(config, state.config(), static_cast<int64_t>(at::elementSize(state.compute_dtype())),
                            streams->MemoryTotal());
 }
 
-// Thrown at a StopPoint: the job was asked to stop (cancel, shutdown).
-struct Stopped : std::exception {
-  const char* what() const noexcept override { return "stopped (cancel or shutdown requested)"; }
-};
-
 absl::Status FromException(const std::exception& e) {
-  if (dynamic_cast<const Stopped*>(&e) != nullptr) return absl::CancelledError(e.what());
+  // A status thrown on the way (a stop, a failed landing) keeps its code.
+  if (const auto* s = dynamic_cast<const StatusException*>(&e)) return s->status();
   const std::string what = e.what();
   // LibTorch reports a CUDA allocation failure as "CUDA out of memory"; the policy can
   // shrink the plan and retry on ResourceExhausted.
@@ -85,21 +76,18 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       pipeline_(pipeline),
       shared_(shared),
       device_(device),
-      param_route_(*ParseParamRoute(config.policy.param_route)),
-      grad_route_(*ParseGradRoute(config.policy.grad_route)),
+      param_route_(config.policy.param_route),
+      grad_route_(config.policy.grad_route),
       activations_(Activations(config, *state, streams.get())),
       rope_(MakeRope(state->config(), config.seq_len, device)),
       streams_(std::move(streams)),
       trace_(trace),
       stop_(stop),
+      schedule_(state->num_units(), state->layout().units.back().uses_tied_embedding,
+                config.policy.prefetch_depth),
       lander_(/*inline_mode=*/!device.is_cuda()) {
   const ModelLayout& layout = state->layout();
-  const int U = layout.num_units(), head = U - 1;
-  // The fetch schedule: forward 0..L, the head (and the tied table), backward L..1.
-  for (int u = 0; u < head; ++u) schedule_.push_back(u);
-  schedule_.push_back(head);
-  if (layout.units[head].uses_tied_embedding) schedule_.push_back(0);
-  for (int u = head - 1; u >= 1; --u) schedule_.push_back(u);
+  const int U = layout.num_units();
 
   const int W = shared->world;
   int64_t max_numel = 0, max_rest = 0;
@@ -110,9 +98,9 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
   // Buffers hold W equal slices (the collectives move equal counts per rank).
   auto padded = [&](int64_t n) { return W * SliceLength(std::max<int64_t>(n, 1), W); };
   const at::TensorOptions on_dev = at::TensorOptions().device(device);
-  // Ring of S = depth + 2 slots: one computing, `depth` in flight, one more for the tied
-  // head, which holds the head and the table at once.
-  const int S = std::max(1, config.policy.prefetch_depth) + 2;
+  // The ring of slots (step_schedule.h: one computing, `depth` in flight, one more for
+  // the tied head).
+  const int S = schedule_.num_slots();
   for (int s = 0; s < S; ++s) slots_.push_back(at::empty({padded(max_numel)}, on_dev.dtype(state->compute_dtype())));
   fetched_.resize(S);
   slot_free_.resize(S);
@@ -177,7 +165,7 @@ absl::StatusOr<WorkerStepResult> Worker::RunEval(int64_t step, const WorkerBatch
 }
 
 void Worker::StopPoint() const {
-  if (StopRequested(stop_)) throw Stopped();
+  if (StopRequested(stop_)) throw StatusException(absl::CancelledError("stopped (cancel or shutdown requested)"));
 }
 
 void Worker::AbortCollectives() {
@@ -189,7 +177,6 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   const ModelConfig& cfg = state_->config();
   const ModelLayout& layout = state_->layout();
   const int U = layout.num_units(), head = U - 1;
-  const bool tied = layout.units[head].uses_tied_embedding;
   const size_t MB = batch.inputs.size();
   WorkerStepResult r;
   // All LibTorch work of this thread runs on the compute stream.
@@ -200,7 +187,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     origin_host_ = MonotonicSeconds();
   }
   const DeviceBatch in = ToDevice(batch);
-  StartFetches(step, static_cast<int>(schedule_.size()), r);
+  StartFetches(step, schedule_.size(), r);
 
   // ---------------- forward, layer-major; keep each unit's input ----------------
   double t0 = MonotonicSeconds();
@@ -211,7 +198,6 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   // ---------------- head: loss and its backward, in sequence chunks ----------------
   t0 = MonotonicSeconds();
   const HeadSlots slots = AcquireHead(step, r);
-  int item = head + (tied ? 2 : 1);  // the forward and the head took the items before
   at::Tensor head_grad = GradBuffer(head);
   at::Tensor emb_grad = GradBuffer(0);
   at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
@@ -220,18 +206,17 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     grad_h[mb] = HeadBackward(h[mb], in.targets[mb], slots.head, slots.table, inv_tokens, loss_acc, head_grad, emb_grad);
     h[mb] = at::Tensor();
   }
-  ReleaseHead();
+  ReleaseHead(step, r);
   Land(head, step, head_grad, r);
 
   // ---------------- backward, l = L-1..1: recompute, backprop, land ----------------
   SavedInputs next = head > 1 ? Restore(head - 1, std::move(saved[head - 1]), r) : SavedInputs();
   for (int u = head - 1; u >= 1; --u) {
     StopPoint();
-    const int it = item++;
+    const int it = schedule_.backward_item(u);
     const UnitLayout& unit = layout.units[u];
     std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
-    const BlockParams p = ViewBlock(unit, Acquire(it), &leaves);
-    FetchNext(step, r);
+    const BlockParams p = ViewBlock(unit, Acquire(step, it, r), &leaves);
     SavedInputs inputs = std::move(next);
     if (u > 1) next = Restore(u - 1, std::move(saved[u - 1]), r);  // under this unit's backward
     streams_->Wait(StreamKind::kCompute, inputs.ready);
@@ -244,7 +229,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
       grad_h[mb] = x.grad();
       for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
     }
-    Release(it);
+    Release(step, it, r);
     Land(u, step, grad, r);
   }
 
@@ -261,13 +246,11 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
 }
 
 WorkerStepResult Worker::Eval(int64_t step, const WorkerBatch& batch) {
-  const int head = state_->num_units() - 1;
-  const bool tied = state_->layout().units[head].uses_tied_embedding;
   WorkerStepResult r;
   const std::unique_ptr<StreamUse> on_compute = streams_->Use(StreamKind::kCompute);
   const DeviceBatch in = ToDevice(batch);
-  // The step's fetch schedule up to the head (and the tied table).
-  StartFetches(step, head + (tied ? 2 : 1), r);
+  // The step's schedule up to the head (and the tied table).
+  StartFetches(step, schedule_.forward_end(), r);
   const double t0 = MonotonicSeconds();
   std::vector<at::Tensor> h = Forward(step, in, /*saved=*/nullptr, r);
   const HeadSlots slots = AcquireHead(step, r);
@@ -276,7 +259,7 @@ WorkerStepResult Worker::Eval(int64_t step, const WorkerBatch& batch) {
     loss_acc.add_(HeadLossSum(h[mb], in.targets[mb], slots.head, slots.table));
     h[mb] = at::Tensor();
   }
-  ReleaseHead();
+  ReleaseHead(step, r);
   r.loss_sum = loss_acc.item<double>();  // waits for the compute stream
   r.forward_seconds = MonotonicSeconds() - t0;
   return r;
@@ -307,75 +290,72 @@ std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, std
   const size_t MB = in.ids.size();
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> h(MB);
-  // Each unit's compute is issued before the next fetch, which may wait for that unit's
-  // CPU update of the previous step.
-  int item = 0;
-  const at::Tensor table = ParamView(layout.units[0], Acquire(item), 0);
+  // Each unit's compute is issued before the next fetch (issued by Release), which may
+  // wait for that unit's CPU update of the previous step.
+  const int emb = schedule_.forward_item(0);
+  const at::Tensor table = ParamView(layout.units[0], Acquire(step, emb, r), 0);
   for (size_t mb = 0; mb < MB; ++mb) h[mb] = EmbeddingForward(table, in.ids[mb]);
-  Release(item++);
-  FetchNext(step, r);
+  Release(step, emb, r);
   for (int u = 1; u < head; ++u) {
     StopPoint();
-    const BlockParams p = ViewBlock(layout.units[u], Acquire(item));
+    const int item = schedule_.forward_item(u);
+    const BlockParams p = ViewBlock(layout.units[u], Acquire(step, item, r));
     if (saved != nullptr) (*saved)[u] = Offload(u, h, r);
     for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], activations_.mlp_tile);
-    Release(item++);
-    FetchNext(step, r);
+    Release(step, item, r);
   }
   return h;
 }
 
 Worker::HeadSlots Worker::AcquireHead(int64_t step, WorkerStepResult& r) {
-  const int head = state_->num_units() - 1;
   HeadSlots slots;
-  slots.head = Acquire(head);
-  // The next fetch is the table's at prefetch depth 1: issued before its slot is taken.
-  FetchNext(step, r);
-  if (state_->layout().units[head].uses_tied_embedding) {
-    slots.table = Acquire(head + 1);
-    FetchNext(step, r);
-  }
+  // Taking the head issues the next fetch, the table's at prefetch depth 1: before
+  // the table's slot is taken.
+  slots.head = Acquire(step, schedule_.head_item(), r);
+  if (schedule_.tied_head()) slots.table = Acquire(step, schedule_.table_item(), r);
   return slots;
 }
 
-void Worker::ReleaseHead() {
-  const int head = state_->num_units() - 1;
-  Release(head);
-  if (state_->layout().units[head].uses_tied_embedding) Release(head + 1);
+void Worker::ReleaseHead(int64_t step, WorkerStepResult& r) {
+  Release(step, schedule_.head_item(), r);
+  if (schedule_.tied_head()) Release(step, schedule_.table_item(), r);
 }
 
 void Worker::StartFetches(int64_t step, int end, WorkerStepResult& r) {
-  next_fetch_ = 0;
   fetch_end_ = end;
-  for (int i = 0; i < std::max(1, config_.policy.prefetch_depth); ++i) FetchNext(step, r);
+  for (int i = 0; i < schedule_.prefetch_depth(); ++i) Fetch(step, i, r);
 }
 
-void Worker::FetchNext(int64_t step, WorkerStepResult& r) {
-  if (next_fetch_ >= fetch_end_) return;
-  const int i = next_fetch_++;
-  const int u = schedule_[i];
-  const int s = i % static_cast<int>(slots_.size());
+void Worker::Fetch(int64_t step, int item, WorkerStepResult& r) {
+  if (item < 0 || item >= fetch_end_) return;
+  MaybeRecordSlotEvent(rank_, step, {StepSchedule::Op::kFetch, item});
+  const int u = schedule_.item(item).unit;
+  const int s = schedule_.item(item).slot;
   r.wait_seconds += pipeline_->WaitParamsReady(u, step);
   streams_->Wait(StreamKind::kH2D, slot_free_[s]);
   const Event begin = trace_ != nullptr ? streams_->Record(StreamKind::kH2D) : Event();
   at::Tensor slot = slots_[s].narrow(0, 0, state_->layout().units[u].numel);
   fetched_[s] = FetchUnit(param_route_, rank_, *shared_, *state_, u, slot, *streams_, Event(), r.transfers);
-  Span(StreamKind::kH2D, "fetch " + UnitName(u, state_->num_units()), begin, fetched_[s]);
+  Span(StreamKind::kH2D, "fetch " + schedule_.unit_name(u), begin, fetched_[s]);
 }
 
-at::Tensor Worker::Acquire(int item) {
-  const int s = item % static_cast<int>(slots_.size());
-  streams_->Wait(StreamKind::kCompute, fetched_[s]);
-  if (trace_ != nullptr) compute_begin_[s] = streams_->Record(StreamKind::kCompute);
-  return slots_[s].narrow(0, 0, state_->layout().units[schedule_[item]].numel);
+at::Tensor Worker::Acquire(int64_t step, int item, WorkerStepResult& r) {
+  MaybeRecordSlotEvent(rank_, step, {StepSchedule::Op::kAcquire, item});
+  const StepSchedule::Item& it = schedule_.item(item);
+  streams_->Wait(StreamKind::kCompute, fetched_[it.slot]);
+  if (trace_ != nullptr) compute_begin_[it.slot] = streams_->Record(StreamKind::kCompute);
+  at::Tensor slot = slots_[it.slot].narrow(0, 0, state_->layout().units[it.unit].numel);
+  if (!it.prefetch_after_release) Fetch(step, it.prefetch, r);
+  return slot;
 }
 
-void Worker::Release(int item) {
-  const int s = item % static_cast<int>(slots_.size());
-  slot_free_[s] = streams_->Record(StreamKind::kCompute);
-  const int head = state_->num_units() - 1;
-  const char* phase = item < head ? "forward " : "backward ";
-  Span(StreamKind::kCompute, phase + UnitName(schedule_[item], state_->num_units()), compute_begin_[s], slot_free_[s]);
+void Worker::Release(int64_t step, int item, WorkerStepResult& r) {
+  MaybeRecordSlotEvent(rank_, step, {StepSchedule::Op::kRelease, item});
+  const StepSchedule::Item& it = schedule_.item(item);
+  slot_free_[it.slot] = streams_->Record(StreamKind::kCompute);
+  const char* phase = it.use == StepSchedule::Use::kForward ? "forward " : "backward ";
+  Span(StreamKind::kCompute, phase + schedule_.unit_name(it.unit), compute_begin_[it.slot], slot_free_[it.slot]);
+  if (it.prefetch_after_release) Fetch(step, it.prefetch, r);
 }
 
 at::Tensor Worker::GradBuffer(int u) {
@@ -397,8 +377,7 @@ void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult&
   const int k = u == 0 ? 2 : next_gacc_;
   if (!DeviceReducesGradient(grad_route_, shared_->world)) {
     // The host sums from one landing buffer per rank: the previous sum must be done.
-    absl::Status s = lander_.WaitIdle();
-    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+    ThrowIfError(lander_.WaitIdle());  // with its code
   }
   const Event ready = streams_->Record(StreamKind::kCompute);
   const Landing l = IssueGradLanding(grad_route_, rank_, *shared_, *state_, u, step, grad, ready,
@@ -409,9 +388,10 @@ void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult&
     gacc_free_[k] = l.copied;
     next_gacc_ = 1 - k;
   }
-  Span(StreamKind::kD2H, "land " + UnitName(u, state_->num_units()), ready, l.copied);
+  Span(StreamKind::kD2H, "land " + schedule_.unit_name(u), ready, l.copied);
   const LandingBuffers* bufs = &land_bufs_[k];
   lander_.Push([this, l, bufs] {
+    if (absl::Status injected = MaybeInjectLandingFailure(); !injected.ok()) return injected;
     return CompleteGradLanding(grad_route_, rank_, *shared_, *state_, l, *bufs, *streams_, *pipeline_);
   });
 }
@@ -434,7 +414,7 @@ Worker::SavedInputs Worker::Offload(int u, std::vector<at::Tensor> xs, WorkerSte
     }
   }
   out.ready = streams_->Record(StreamKind::kD2H);
-  Span(StreamKind::kD2H, "offload inputs " + UnitName(u, state_->num_units()), begin, out.ready);
+  Span(StreamKind::kD2H, "offload inputs " + schedule_.unit_name(u), begin, out.ready);
   return out;
 }
 
@@ -456,7 +436,7 @@ Worker::SavedInputs Worker::Restore(int u, SavedInputs saved, WorkerStepResult& 
     }
   }
   out.ready = streams_->Record(StreamKind::kH2D);
-  Span(StreamKind::kH2D, "restore inputs " + UnitName(u, state_->num_units()), begin, out.ready);
+  Span(StreamKind::kH2D, "restore inputs " + schedule_.unit_name(u), begin, out.ready);
   return out;
 }
 

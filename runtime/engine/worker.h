@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/engine/activation_policy.h"
 #include "runtime/engine/device_streams.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/serial_executor.h"
@@ -25,6 +24,8 @@
 #include "runtime/io/stop_token.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/model/transformer.h"
+#include "runtime/plan/activation_policy.h"
+#include "runtime/plan/step_schedule.h"
 #include "runtime/state/host_state.h"
 #include "runtime/train_config.h"
 
@@ -81,7 +82,7 @@ class Worker {
   Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
          RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
          StepTrace* trace, const StopToken* stop);
-  // Throws Stopped (worker.cc) when the job was asked to stop.
+  // Throws a StatusException of CANCELLED when the job was asked to stop.
   void StopPoint() const;
   WorkerStepResult Step(int64_t step, const WorkerBatch& batch, double inv_tokens);
   WorkerStepResult Eval(int64_t step, const WorkerBatch& batch);
@@ -96,18 +97,21 @@ class Worker {
   };
   DeviceBatch ToDevice(const WorkerBatch& batch);
 
-  // The parameter stream: item i of the step's fetch schedule goes to slot i % S.
-  // StartFetches begins a pass over items [0, end) of it, `prefetch_depth` ahead.
+  // The parameter stream, as schedule_ says (runtime/plan/step_schedule.h): which unit
+  // each item fetches, into which slot, and which item's taking or release issues the
+  // next fetch. StartFetches begins a pass over items [0, end), `prefetch_depth` ahead.
   void StartFetches(int64_t step, int end, WorkerStepResult& r);
-  void FetchNext(int64_t step, WorkerStepResult& r);
-  at::Tensor Acquire(int item);  // the compute stream waits for item's fetch
-  void Release(int item);        // the compute stream is done with item's slot
-  // Items head and, with a tied head, head + 1 (unit 0's table, the head's weight).
+  void Fetch(int64_t step, int item, WorkerStepResult& r);  // no-op outside the pass
+  // The compute stream waits for item's fetch (and issues the fetch the item prefetches).
+  at::Tensor Acquire(int64_t step, int item, WorkerStepResult& r);
+  // The compute stream is done with item's slot (and issues the fetch it prefetches).
+  void Release(int64_t step, int item, WorkerStepResult& r);
+  // The head's items: the head and, with a tied head, unit 0's table (the head's weight).
   struct HeadSlots {
     at::Tensor head, table;  // table: undefined unless tied
   };
   HeadSlots AcquireHead(int64_t step, WorkerStepResult& r);
-  void ReleaseHead();
+  void ReleaseHead(int64_t step, WorkerStepResult& r);
 
   // The gradient stream: ring entry for the next landing, then its landing.
   at::Tensor GradBuffer(int u);  // fp32 [numel] on the device, ready to be written
@@ -152,13 +156,12 @@ class Worker {
   StepTrace* const trace_;
   const StopToken* const stop_;
 
-  // Fetch schedule of a step (unit per item) and the slot ring, allocated once.
-  std::vector<int> schedule_;
+  // The step's schedule (fetch order, slots, unit names) and the slot ring, allocated once.
+  const StepSchedule schedule_;
   std::vector<at::Tensor> slots_;
   std::vector<Event> fetched_;
   std::vector<Event> slot_free_;
   std::vector<Event> compute_begin_;  // trace: when the compute stream took each slot
-  int next_fetch_ = 0;
   int fetch_end_ = 0;  // the pass fetches items [0, fetch_end_)
 
   // fp32 accumulation buffers: a ring of two for the units in turn, and one for the

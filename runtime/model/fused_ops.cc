@@ -11,8 +11,8 @@
 #include <string>
 #include <type_traits>
 
-#include "runtime/data/dataset.h"
 #include "runtime/model/fused_kernels.h"
+#include "runtime/model/ignore_index.h"
 
 #if defined(SLIDEDP_FUSED_CUDA)
 #include <c10/cuda/CUDAStream.h>

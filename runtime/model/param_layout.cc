@@ -44,6 +44,12 @@ int UnitLayout::Find(const std::string& name) const {
   return -1;
 }
 
+std::string UnitName(int unit, int num_units) {
+  if (unit == 0) return "embedding";
+  if (unit == num_units - 1) return "head";
+  return absl::StrCat("block ", unit - 1);
+}
+
 ModelLayout BuildLayout(const ModelConfig& c) {
   ModelLayout layout;
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;

@@ -43,4 +43,9 @@ struct ModelLayout {
 
 ModelLayout BuildLayout(const ModelConfig& config);
 
+// Unit `unit`'s one name, of a layout of `num_units` units ([embedding, block 0..L-1,
+// head]): "embedding", "block 3", "head". Traces, the step model's critical path, the
+// plan, checkpoints and messages all name units with it.
+std::string UnitName(int unit, int num_units);
+
 }  // namespace slidedp

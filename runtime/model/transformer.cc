@@ -1,5 +1,6 @@
 // Transformer math: see transformer.h. Matches Hugging Face's Llama/Qwen2/Qwen3 eager
-// implementations (tests/hf_reference_test.cc checks it against saved fixtures).
+// implementations (tests/runtime/model/hf_reference_test.cc checks it against saved
+// fixtures).
 #include "runtime/model/transformer.h"
 
 #include <algorithm>
@@ -9,8 +10,8 @@
 #include <string>
 #include <torch/version.h>
 
-#include "runtime/data/dataset.h"
 #include "runtime/model/fused_ops.h"
+#include "runtime/model/ignore_index.h"
 #include "runtime/model/tiled_mlp.h"
 
 namespace slidedp {

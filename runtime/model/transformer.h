@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/model/ignore_index.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 
 namespace slidedp {
 namespace {
@@ -33,14 +33,14 @@ PlanManager::PlanManager(const ModelConfig& model, const TrainConfig& config)
 }
 
 absl::StatusOr<PlanManager> PlanManager::Start(const ModelConfig& model, const TrainConfig& config,
-                                               const StopToken* stop) {
+                                               const std::function<absl::StatusOr<Calibration>()>& calibrate) {
   PlanManager m(model, config);
   if (!config.policy.auto_plan) {
     m.Use(KnobsOf(config));
     m.report_.last_change = "the job's knobs (policy.auto off)";
     return m;
   }
-  absl::StatusOr<Calibration> cal = Calibrate(model, config, stop);
+  absl::StatusOr<Calibration> cal = calibrate();
   if (!cal.ok()) return cal.status();
   m.report_.rates = cal->rates;
   m.report_.calibration_seconds = cal->seconds;
@@ -70,17 +70,15 @@ void PlanManager::Force(const PlanKnobs& knobs) {
 }
 
 void PlanManager::FixLanding(bool bf16) {
-  report_.knobs.policy.grad_landing = bf16 ? "bf16" : "fp32";
+  report_.knobs.policy.grad_landing = bf16 ? GradLanding::kBf16 : GradLanding::kFp32;
 }
 
-std::optional<PlanKnobs> PlanManager::AfterStep(StepStats& stats, bool first_of_plan) {
-  stats.predicted_step_seconds = report_.prediction.step_seconds;
-  stats.bottleneck = report_.prediction.bottleneck;
-  report_.measured_step_seconds = stats.step_seconds;
-  report_.steps = stats.step;
+std::optional<PlanKnobs> PlanManager::AfterStep(const StepMeasurement& measured, bool first_of_plan) {
+  report_.measured_step_seconds = measured.step_seconds;
+  report_.steps = measured.step;
   if (first_of_plan) return std::nullopt;
-  const bool replan = report_.auto_plan && drift_.Observe(report_.prediction.step_seconds, stats.step_seconds);
-  RefineRates(stats, report_.prediction, shape_, kRefineWeight, report_.rates);
+  const bool replan = report_.auto_plan && drift_.Observe(report_.prediction.step_seconds, measured.step_seconds);
+  RefineRates(measured, report_.prediction, shape_, kRefineWeight, report_.rates);
   Use(report_.knobs);
   if (!replan) return std::nullopt;
   drift_.Reset();
@@ -88,12 +86,12 @@ std::optional<PlanKnobs> PlanManager::AfterStep(StepStats& stats, bool first_of_
   if (!choice.ok()) return std::nullopt;  // keep the plan that runs
   report_.candidates = std::move(choice->candidates);
   if (SameKnobs(choice->knobs, report_.knobs)) {
-    report_.last_change = absl::StrFormat("re-planned after step %d (drift over %.0f%%): same plan", stats.step,
+    report_.last_change = absl::StrFormat("re-planned after step %d (drift over %.0f%%): same plan", measured.step,
                                           100 * threshold_);
     return std::nullopt;
   }
   ++report_.replans;
-  report_.last_change = absl::StrFormat("re-planned after step %d (drift over %.0f%%): %s", stats.step,
+  report_.last_change = absl::StrFormat("re-planned after step %d (drift over %.0f%%): %s", measured.step,
                                         100 * threshold_, DescribeKnobs(choice->knobs));
   Use(choice->knobs);
   return choice->knobs;

@@ -1,35 +1,35 @@
 // PlanManager: the policy manager of one job (DESIGN.md, "Step-time model and
-// policy"). At job start it calibrates and chooses the plan (policy.auto), or takes the
-// job's knobs as given with default rates; after every step it fills the step's
-// prediction, refines the rates from the measurement, and with policy.auto decides to
+// policy"). At job start it chooses the plan from the engine's calibration
+// (policy.auto), or takes the job's knobs as given with default rates; after every step
+// it refines the rates from the step's measurement, and with policy.auto decides to
 // re-plan when the drift stays over policy.replan_threshold; after a GPU out-of-memory
-// it gives the smaller plan to retry with. The trainer applies the knobs (workers,
-// buffers); this class only decides and reports.
+// it gives the smaller plan to retry with. The engine measures and applies the knobs
+// (runtime/engine/calibration.h, trainer_plan.cc); this class only decides and reports.
 // Threads: the job's thread only (the trainer's Step and Create).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "runtime/engine/trainer.h"
 #include "runtime/model/model_config.h"
+#include "runtime/plan/measurements.h"
 #include "runtime/plan/plan_report.h"
 #include "runtime/plan/policy.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
 
-class StopToken;  // runtime/io/stop_token.h
-
 class PlanManager {
  public:
-  // With policy.auto: calibrates (seconds; CANCELLED once `stop`, which may be null, is
-  // set) and chooses the plan within the memory budget (RESOURCE_EXHAUSTED when
-  // nothing fits). Without: the config's knobs.
+  // With policy.auto: takes the rates from `calibrate` (called once, here; its error is
+  // Start's) and chooses the plan within the memory budget (RESOURCE_EXHAUSTED when
+  // nothing fits). Without: the config's knobs with default rates (`calibrate` is not
+  // called).
   static absl::StatusOr<PlanManager> Start(const ModelConfig& model, const TrainConfig& config,
-                                           const StopToken* stop = nullptr);
+                                           const std::function<absl::StatusOr<Calibration>()>& calibrate);
 
   // The knobs to run with now.
   const PlanKnobs& knobs() const { return report_.knobs; }
@@ -39,10 +39,10 @@ class PlanManager {
   // that allow it.
   void FixLanding(bool bf16);
 
-  // After a completed step: fills its predicted time and bottleneck, refines the rates
-  // (not from a plan's first step, which warms up), and with policy.auto returns new
-  // knobs when the drift calls for a re-plan and the search finds a different plan.
-  std::optional<PlanKnobs> AfterStep(StepStats& stats, bool first_of_plan);
+  // After a completed step, run with the knobs of prediction(): refines the rates (not
+  // from a plan's first step, which warms up), and with policy.auto returns new knobs
+  // when the drift calls for a re-plan and the search finds a different plan.
+  std::optional<PlanKnobs> AfterStep(const StepMeasurement& measured, bool first_of_plan);
 
   // After a GPU out-of-memory `error` in step `step` (1-based) with the current knobs:
   // the smaller plan to retry with; the error itself, with a note, when nothing is left

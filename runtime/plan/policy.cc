@@ -18,18 +18,18 @@ std::vector<PlanKnobs> EnumerateKnobs(const JobShape& job, const PlanKnobs& base
       if (per_worker % d == 0) micro.push_back(d);
     }
   }
-  std::vector<std::string> param_routes = {base.policy.param_route};
-  std::vector<std::string> grad_routes = {base.policy.grad_route};
+  std::vector<ParamRoute> param_routes = {base.policy.param_route};
+  std::vector<GradRoute> grad_routes = {base.policy.grad_route};
   if (space.vary_routes && W > 1) {
-    param_routes = {"replicate", "scatter_allgather"};
-    grad_routes = {"gather_host", "reduce_scatter", "reduce_one"};
+    param_routes = {ParamRoute::kReplicate, ParamRoute::kScatterAllGather};
+    grad_routes = {GradRoute::kGatherHost, GradRoute::kReduceScatter, GradRoute::kReduceOne};
   }
   std::vector<PlanKnobs> out;
   for (int64_t mbs : micro) {
     for (int depth : space.prefetch_depths) {
-      for (const std::string& act : space.activations) {
-        for (const std::string& pr : param_routes) {
-          for (const std::string& gr : grad_routes) {
+      for (const ActivationPlacement act : space.activations) {
+        for (const ParamRoute pr : param_routes) {
+          for (const GradRoute gr : grad_routes) {
             PlanKnobs k = base;
             k.micro_batch_size = mbs;
             k.grad_accum = space.vary_micro_batch ? per_worker / mbs : base.grad_accum;
@@ -38,7 +38,7 @@ std::vector<PlanKnobs> EnumerateKnobs(const JobShape& job, const PlanKnobs& base
             k.policy.param_route = pr;
             k.policy.grad_route = gr;
             // bf16 landing needs a route whose devices reduce.
-            if (k.policy.grad_landing == "bf16" && W > 1 && gr == "gather_host") continue;
+            if (k.policy.grad_landing == GradLanding::kBf16 && !DeviceReducesGradient(gr, W)) continue;
             out.push_back(std::move(k));
           }
         }
@@ -107,8 +107,8 @@ std::optional<PlanKnobs> Shrink(const PlanKnobs& knobs) {
       }
     }
   }
-  if (k.policy.activations != "host") {
-    k.policy.activations = "host";
+  if (k.policy.activations != ActivationPlacement::kHost) {
+    k.policy.activations = ActivationPlacement::kHost;
     return k;
   }
   if (k.policy.prefetch_depth > 1) {
@@ -156,7 +156,8 @@ void DriftMonitor::Reset() {
 
 std::string DescribeKnobs(const PlanKnobs& k) {
   return absl::StrCat(k.micro_batch_size, " x ", k.grad_accum, " micro-batches, prefetch ", k.policy.prefetch_depth,
-                      ", activations ", k.policy.activations, ", ", k.policy.param_route, "/", k.policy.grad_route);
+                      ", activations ", NameOf(k.policy.activations), ", ", NameOf(k.policy.param_route), "/",
+                      NameOf(k.policy.grad_route));
 }
 
 }  // namespace slidedp

@@ -34,7 +34,7 @@ struct PlanChoice {
 // What the search may vary; the rest of `base` is kept.
 struct SearchSpace {
   std::vector<int> prefetch_depths = {1, 2, 3, 4};
-  std::vector<std::string> activations = {"device", "host"};
+  std::vector<ActivationPlacement> activations = {ActivationPlacement::kDevice, ActivationPlacement::kHost};
   bool vary_micro_batch = true;
   bool vary_routes = true;  // only with several workers
 };

@@ -8,8 +8,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/engine/activation_policy.h"
+#include "runtime/plan/activation_policy.h"
 #include "runtime/model/param_layout.h"
+#include "runtime/plan/step_schedule.h"
 
 namespace slidedp {
 
@@ -87,9 +88,7 @@ double MlpShare(const ModelShape& shape, int64_t seq_len) {
 }
 
 bool Bf16Landing(const JobShape& job, const PolicyConfig& policy) {
-  const bool device_reduces = job.workers == 1 || policy.grad_route != "gather_host";
-  if (policy.grad_landing == "bf16") return true;
-  return policy.grad_landing == "auto" && job.cuda && device_reduces;
+  return LandsInBf16(policy.grad_landing, policy.grad_route, job.cuda, job.workers);
 }
 
 namespace {
@@ -176,18 +175,14 @@ struct HostThread {
   }
 };
 
-std::string UnitLabel(int u, int units) {
-  if (u == 0) return "embedding";
-  if (u == units - 1) return "head";
-  return absl::StrCat("block ", u - 1);
-}
-
 class StepReplay {
  public:
   StepReplay(const ModelShape& shape, const JobShape& job, const PlanKnobs& k, const Rates& rates)
       : shape_(shape), job_(job), k_(k), rates_(rates), sizes_(SizesOf(shape, job, k)),
         U_(shape.num_units()), W_(std::max(1, job.workers)),
         bf16_landing_(Bf16Landing(job, k.policy)),
+        schedule_(U_, shape.tied, k.policy.prefetch_depth),
+        slot_free_(schedule_.num_slots(), -1),
         updated_(U_, -1) {}
 
   // Replays one step starting at `start` on the worker thread (`start_cause`: the op
@@ -198,6 +193,7 @@ class StepReplay {
 
   const Replay& replay() const { return r_; }
   std::vector<int> compute_ops;  // of the last replayed step
+  std::vector<StepSchedule::Event> slot_events;  // of the last replayed step
   int64_t h2d_bytes = 0, d2h_bytes = 0;
 
  private:
@@ -218,7 +214,27 @@ class StepReplay {
   void Sync(int op) {
     if (!job_.cuda) host_.WaitFor(r_, op);
   }
-  int Fetch(int item, bool backward_phase);
+  // The schedule's fetch of `item` (none past the step's end), issued by the worker
+  // thread in the forward or the backward phase (duplex copies); sets fetched_[item].
+  void Fetch(int item, bool backward_phase);
+  // The compute stream takes `item`: the op its compute waits for. Issues the item's
+  // prefetch unless that follows its release.
+  int Acquire(int item) {
+    slot_events.push_back({StepSchedule::Op::kAcquire, item});
+    const int fetched = fetched_[item];
+    if (!schedule_.item(item).prefetch_after_release) Prefetch(item);
+    return fetched;
+  }
+  // The compute op `op` frees item's slot; issues the item's prefetch if it follows.
+  void Release(int item, int op) {
+    slot_events.push_back({StepSchedule::Op::kRelease, item});
+    slot_free_[schedule_.item(item).slot] = op;
+    if (schedule_.item(item).prefetch_after_release) Prefetch(item);
+  }
+  void Prefetch(int item) {
+    Fetch(schedule_.item(item).prefetch, schedule_.item(item).use != StepSchedule::Use::kForward);
+  }
+  std::string Name(int u) const { return schedule_.unit_name(u); }
   int Compute(const std::string& what, double seconds, std::initializer_list<int> deps) {
     const int op = r_.Add(kResGpu, what, seconds, deps, host_.t, host_.cause);
     compute_ops.push_back(op);
@@ -236,8 +252,9 @@ class StepReplay {
   const bool bf16_landing_;
   Replay r_;
   HostThread host_;
-  std::vector<int> schedule_;
-  std::vector<int> fetched_, slot_free_;
+  const StepSchedule schedule_;  // the engine's: fetch order, slots, prefetch points
+  std::vector<int> slot_free_;   // slot -> the compute op that released it last
+  std::vector<int> fetched_;     // item -> its fetch op in this step
   std::vector<int> updated_;       // unit -> op of its latest update
   std::vector<int> landed_;        // unit -> op after which its gradient is in host memory
   int gacc_free_[2] = {-1, -1};
@@ -247,44 +264,45 @@ class StepReplay {
   int update_thread_ = -1;
 };
 
-int StepReplay::Fetch(int item, bool backward_phase) {
-  if (item >= static_cast<int>(schedule_.size())) return -1;
-  const int u = schedule_[item];
-  const int S = static_cast<int>(slot_free_.size());
+void StepReplay::Fetch(int item, bool backward_phase) {
+  if (item < 0 || item >= schedule_.size()) return;
+  slot_events.push_back({StepSchedule::Op::kFetch, item});
+  const int u = schedule_.item(item).unit;
   host_.WaitFor(r_, updated_[u]);  // WaitParamsReady: the previous step's update of u
   const int64_t numel = shape_.unit_params[u];
-  const bool scatter = W_ > 1 && k_.policy.param_route == "scatter_allgather";
+  const bool scatter = W_ > 1 && k_.policy.param_route == ParamRoute::kScatterAllGather;
   const int64_t bytes = (scatter ? CeilDiv(numel, W_) : numel) * job_.param_bytes;
   h2d_bytes += bytes;
-  const std::string what = absl::StrCat("upload ", UnitLabel(u, U_));
-  int op = r_.Add(kResH2d, what, H2dSeconds(bytes, backward_phase), {slot_free_[item % S]}, host_.t, host_.cause);
+  const std::string what = absl::StrCat("upload ", Name(u));
+  int op = r_.Add(kResH2d, what, H2dSeconds(bytes, backward_phase), {slot_free_[schedule_.item(item).slot]}, host_.t,
+                  host_.cause);
   Sync(op);
   if (scatter) {
-    op = r_.Add(kResCollective, "all-gather " + UnitLabel(u, U_), CollectiveSeconds(numel * job_.param_bytes), {op},
+    op = r_.Add(kResCollective, "all-gather " + Name(u), CollectiveSeconds(numel * job_.param_bytes), {op},
                 host_.t, host_.cause);
     Sync(op);
   }
-  return op;
+  fetched_[item] = op;
 }
 
 void StepReplay::Land(int u, int compute_op) {
   const int64_t numel = shape_.unit_params[u];
-  const std::string& route = k_.policy.grad_route;
-  const bool host_sum = W_ > 1 && route == "gather_host";
+  const GradRoute route = k_.policy.grad_route;
+  const bool host_sum = W_ > 1 && route == GradRoute::kGatherHost;
   if (host_sum) host_.WaitFor(r_, lander_);  // the host sums from one buffer per rank
   int dep = compute_op;
   int64_t down = numel;
-  if (W_ > 1 && route == "reduce_scatter") {
-    dep = r_.Add(kResCollective, "reduce-scatter " + UnitLabel(u, U_), CollectiveSeconds(numel * 4), {dep},
+  if (W_ > 1 && route == GradRoute::kReduceScatter) {
+    dep = r_.Add(kResCollective, "reduce-scatter " + Name(u), CollectiveSeconds(numel * 4), {dep},
                  host_.t, host_.cause);
     down = CeilDiv(numel, W_);
-  } else if (W_ > 1 && route == "reduce_one") {
-    dep = r_.Add(kResCollective, "reduce " + UnitLabel(u, U_), CollectiveSeconds(numel * 4), {dep}, host_.t,
+  } else if (W_ > 1 && route == GradRoute::kReduceOne) {
+    dep = r_.Add(kResCollective, "reduce " + Name(u), CollectiveSeconds(numel * 4), {dep}, host_.t,
                  host_.cause);
   }
   const int64_t bytes = down * (bf16_landing_ ? 2 : 4);
   d2h_bytes += bytes;
-  const int copy = r_.Add(kResD2h, "land " + UnitLabel(u, U_), D2hSeconds(bytes, true), {dep}, host_.t, host_.cause);
+  const int copy = r_.Add(kResD2h, "land " + Name(u), D2hSeconds(bytes, true), {dep}, host_.t, host_.cause);
   Sync(copy);
   if (u == 0) {
     emb_free_ = copy;
@@ -295,7 +313,7 @@ void StepReplay::Land(int u, int compute_op) {
   // The landing thread: waits for the copy, sums W buffers on the host if the route
   // does (fp32 reads of W buffers and a write).
   const double sum_s = host_sum ? static_cast<double>(numel) * 4 * (W_ + 1) / (rates_.host_memory_gbps * 1e9) : 0.0;
-  lander_ = r_.Add("landing", "landed " + UnitLabel(u, U_), sum_s, {copy, lander_}, host_.t, host_.cause);
+  lander_ = r_.Add("landing", "landed " + Name(u), sum_s, {copy, lander_}, host_.t, host_.cause);
   landed_[u] = lander_;
   Sync(lander_);
 }
@@ -305,68 +323,60 @@ int StepReplay::Step(double start, int start_cause) {
   const bool tied = shape_.tied;
   const int64_t MB = k_.grad_accum;
   const double T = static_cast<double>(sizes_.tokens_worker);
-  const bool offload = k_.policy.activations == "host";
+  const bool offload = k_.policy.activations == ActivationPlacement::kHost;
   const int64_t act_bytes = sizes_.tokens_worker * shape_.hidden * job_.param_bytes;
   host_ = HostThread{start, start_cause};
   compute_ops.clear();
   h2d_bytes = d2h_bytes = 0;
   landed_.assign(U_, -1);
-  schedule_.clear();
-  for (int u = 0; u < head; ++u) schedule_.push_back(u);
-  schedule_.push_back(head);
-  if (tied) schedule_.push_back(0);
-  for (int u = head - 1; u >= 1; --u) schedule_.push_back(u);
-  const int S = std::max(1, k_.policy.prefetch_depth) + 2;
-  if (static_cast<int>(slot_free_.size()) != S) slot_free_.assign(S, -1);
+  slot_events.clear();
   fetched_.assign(schedule_.size(), -1);
-  int next_fetch = 0;
-  auto fetch_next = [&](bool bwd) {
-    if (next_fetch < static_cast<int>(schedule_.size())) fetched_[next_fetch] = Fetch(next_fetch, bwd);
-    ++next_fetch;
-  };
-  for (int i = 0; i < std::max(1, k_.policy.prefetch_depth); ++i) fetch_next(false);
+  for (int i = 0; i < schedule_.prefetch_depth(); ++i) Fetch(i, false);
   const double launch = rates_.launch_s * static_cast<double>(MB);
-  int item = 0;
 
   // Forward, layer-major.
-  int c = Compute("forward embedding", T * rates_.embed_s * 0.25 + launch, {fetched_[item]});
-  slot_free_[item % S] = c;
-  ++item;
-  fetch_next(false);
+  const int emb = schedule_.forward_item(0);
+  int c = Compute("forward embedding", T * rates_.embed_s * 0.25 + launch, {Acquire(emb)});
+  Release(emb, c);
   std::vector<int> saved(U_, -1);
   for (int u = 1; u < head; ++u) {
-    const int acquire = fetched_[item];
+    const int item = schedule_.forward_item(u);
+    const int acquire = Acquire(item);
     if (offload) {
       // The unit's input goes down once the compute stream produced it.
-      saved[u] = r_.Add(kResD2h, "offload " + UnitLabel(u, U_), D2hSeconds(act_bytes, false), {c}, host_.t,
+      saved[u] = r_.Add(kResD2h, "offload " + Name(u), D2hSeconds(act_bytes, false), {c}, host_.t,
                         host_.cause);
       d2h_bytes += act_bytes;
       Sync(saved[u]);
     }
-    c = Compute("forward " + UnitLabel(u, U_), T * rates_.forward_s + launch, {acquire});
-    slot_free_[item % S] = c;
-    ++item;
-    fetch_next(false);
+    c = Compute("forward " + Name(u), T * rates_.forward_s + launch, {acquire});
+    Release(item, c);
   }
 
   // Head: loss and its backward in chunks, then the blocks in reverse.
-  const int head_item = item++;
-  const int table_item = tied ? item++ : -1;
+  const int head_item = schedule_.head_item();
+  const int table_item = schedule_.table_item();
+  // Both of the head's fetches are read before the head's prefetches are issued. The
+  // engine takes the table after the head's prefetch; at prefetch depth 1 that is the
+  // table's own fetch, which the head's compute then waits for and this replay does
+  // not. Kept as the model was fitted: waiting for it here raises tied models' depth-1
+  // predictions by 0.2-1.6% and turns the policy's pick for the 3B at batch 4 to
+  // prefetch 2, measured 10% slower (StepModel.PredictsTheH200ProofSweeps).
   const int head_fetch = fetched_[head_item];
   const int table_fetch = tied ? fetched_[table_item] : -1;
-  fetch_next(true);
-  if (tied) fetch_next(true);
+  Acquire(head_item);
+  if (tied) Acquire(table_item);
   const int64_t chunks = CeilDiv(job_.seq_len, std::max<int64_t>(1, k_.policy.loss_chunk_tokens / std::max<int64_t>(1, k_.micro_batch_size)));
   c = Compute("loss and head backward", T * rates_.head_s + launch * static_cast<double>(chunks) +
                   rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[head]),
               {head_fetch, table_fetch, gacc_free_[next_gacc_], emb_free_});
-  slot_free_[head_item % S] = c;
-  if (tied) slot_free_[table_item % S] = c;
+  Release(head_item, c);
+  if (tied) Release(table_item, c);
   Land(head, c);
 
   int restored = -1;
   if (offload && head > 1) {
-    restored = r_.Add(kResH2d, "restore " + UnitLabel(head - 1, U_), H2dSeconds(act_bytes, true), {saved[head - 1]},
+    restored = r_.Add(kResH2d, "restore " + Name(head - 1), H2dSeconds(act_bytes, true), {saved[head - 1]},
                       host_.t, host_.cause);
     h2d_bytes += act_bytes;
     Sync(restored);
@@ -376,20 +386,19 @@ int StepReplay::Step(double start, int start_cause) {
       MlpTile(shape_, job_, k_) < job_.seq_len ? T * rates_.recompute_s * MlpShare(shape_, job_.seq_len) : 0.0;
   const double block_bwd = T * (rates_.recompute_s + rates_.backward_s) + mlp_recompute + 2 * launch;
   for (int u = head - 1; u >= 1; --u) {
-    const int it = item++;
-    const int acquire = fetched_[it];
-    fetch_next(true);
+    const int it = schedule_.backward_item(u);
+    const int acquire = Acquire(it);
     const int inputs = restored;
     if (offload && u > 1) {
-      restored = r_.Add(kResH2d, "restore " + UnitLabel(u - 1, U_), H2dSeconds(act_bytes, true), {saved[u - 1]},
+      restored = r_.Add(kResH2d, "restore " + Name(u - 1), H2dSeconds(act_bytes, true), {saved[u - 1]},
                         host_.t, host_.cause);
       h2d_bytes += act_bytes;
       Sync(restored);
     }
-    c = Compute("backward " + UnitLabel(u, U_),
+    c = Compute("backward " + Name(u),
                 block_bwd + rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
                 {acquire, inputs, gacc_free_[next_gacc_]});
-    slot_free_[it % S] = c;
+    Release(it, c);
     Land(u, c);
   }
   c = Compute("backward embedding", T * rates_.embed_s * 0.75 + launch +
@@ -429,7 +438,7 @@ void StepReplay::Updates() {
     }
     done[pick] = true;
     const double seconds = static_cast<double>(shape_.unit_params[pick]) / rates_.adamw_params_per_s;
-    update_thread_ = r_.Add(kResCpuUpdate, "update " + UnitLabel(pick, U_), seconds, {avail_cause[pick]}, 0.0, -1);
+    update_thread_ = r_.Add(kResCpuUpdate, "update " + Name(pick), seconds, {avail_cause[pick]}, 0.0, -1);
     updated_[pick] = update_thread_;
   }
 }
@@ -442,17 +451,17 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
   const int64_t pb = job.param_bytes;
   auto padded = [&](int64_t n) { return W * CeilDiv(std::max<int64_t>(n, 1), W); };
   MemoryEstimate m;
-  m.slots = (std::max(1, k.policy.prefetch_depth) + 2) * padded(s.max_numel) * pb;
+  m.slots = StepSchedule::SlotsFor(k.policy.prefetch_depth) * padded(s.max_numel) * pb;
   const int64_t emb = shape.unit_params.empty() ? 0 : shape.unit_params[0];
   m.grad_buffers = 2 * padded(s.max_rest) * 4 + padded(emb) * 4;
   const int64_t ring[3] = {s.max_rest, s.max_rest, emb};
   for (int64_t n : ring) {
     if (Bf16Landing(job, k.policy)) m.grad_buffers += padded(n) * pb;
-    if (W > 1 && k.policy.grad_route == "reduce_scatter") m.grad_buffers += CeilDiv(n, W) * 4;
-    if (W > 1 && k.policy.grad_route == "reduce_one") m.grad_buffers += n * 4;
+    if (W > 1 && k.policy.grad_route == GradRoute::kReduceScatter) m.grad_buffers += CeilDiv(n, W) * 4;
+    if (W > 1 && k.policy.grad_route == GradRoute::kReduceOne) m.grad_buffers += n * 4;
   }
   const int64_t act_unit = s.tokens_worker * shape.hidden * pb;
-  m.activations = k.policy.activations == "host" ? 2 * act_unit : shape.layers * act_unit;
+  m.activations = k.policy.activations == ActivationPlacement::kHost ? 2 * act_unit : shape.layers * act_unit;
   // A micro-batch through a block with autograd (q, k, v, attention, the MLP's gate, up
   // and product, norms, residuals, and their gradients), the hidden states and their
   // gradients of every micro-batch, and the block's parameter gradients.
@@ -463,6 +472,15 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
   m.margin = job.cuda ? 2 * kGiB : 0;
   m.total = m.slots + m.grad_buffers + m.activations + m.working + m.loss_chunk + m.margin;
   return m;
+}
+
+std::vector<StepSchedule::Event> ReplaySlotEvents(const ModelShape& shape, const JobShape& job,
+                                                  const PlanKnobs& knobs) {
+  if (shape.num_units() < 2) return {};
+  const Rates rates = DefaultRates(shape, job);
+  StepReplay replay(shape, job, knobs, rates);
+  replay.Step(0.0, -1);
+  return replay.slot_events;
 }
 
 StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs,

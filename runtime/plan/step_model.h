@@ -1,7 +1,7 @@
 // StepModel: the analytic step-time model of DESIGN.md ("Step-time model and policy").
 // From a model's shape, the job's batch, a plan (the knobs) and measured rates it
-// replays the step's schedule as the engine runs it (runtime/engine/worker.cc and
-// update_pipeline.cc): the worker thread issuing fetches, compute, offloads and
+// replays the step as the engine runs it (the StepSchedule that runtime/engine/worker.cc
+// executes, and update_pipeline.cc): the worker thread issuing fetches, compute, offloads and
 // landings onto the H2D, compute, D2H and collective streams, blocking where the engine
 // blocks (a fetch waits for the unit's update of the previous step); the update thread
 // running AdamW earliest deadline first, after the last landing (clipping) or as each
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/model/model_config.h"
+#include "runtime/plan/step_schedule.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
@@ -96,7 +97,7 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job);
 double BlockForwardFlopsPerToken(const ModelShape& shape, int64_t seq_len);
 
 // Sequence positions per MLP tile the engine will use for `knobs` (job.seq_len or more:
-// whole): runtime/engine/activation_policy.h's ChooseMlpTile.
+// whole): runtime/plan/activation_policy.h's ChooseMlpTile.
 int64_t MlpTile(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
 
 // The MLP's share of one block's forward FLOPs at `seq_len` (what tiles recompute).
@@ -141,6 +142,12 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
                            const Rates& rates);
 
 MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
+
+// The slot events (fetch, take, release of the StepSchedule's items) of one replayed
+// step, in the order the replay issues them: the engine's worker issues
+// StepSchedule::Events(), and a test checks that the two agree.
+std::vector<StepSchedule::Event> ReplaySlotEvents(const ModelShape& shape, const JobShape& job,
+                                                  const PlanKnobs& knobs);
 
 // Whether gradients land in bf16 in the streamed copy with these knobs (grad_landing
 // "auto" resolved as runtime/engine/trainer.cc does).

@@ -34,6 +34,14 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{64} << 20;
 constexpr const char* kPrefix = "ckpt-";
 constexpr const char* kSuffix = ".slidedp";
 
+// Whether a unit name in a file's header is the model's `name`. Checkpoints written
+// before units had one name (UnitName) call block 3 "block.3": they still read.
+bool SameUnitName(const std::string& in_file, const std::string& name) {
+  if (in_file == name) return true;
+  return absl::StartsWith(in_file, "block.") && absl::StartsWith(name, "block ") &&
+         in_file.substr(6) == name.substr(6);
+}
+
 // 64-bit word-wise FNV-style checksum: fast enough for tens of GB (8 bytes per multiply),
 // and any split of the input into Update() calls gives the same result.
 class Checksum {
@@ -138,7 +146,7 @@ std::string HeaderJson(const CheckpointMeta& meta, const std::vector<CheckpointU
             {"data_cursor", meta.data_cursor},
             {"config", meta.config_json},
             {"run_id", meta.run_id},
-            {"moment_dtype", MomentDtypeName(moments)},
+            {"moment_dtype", NameOf(moments)},
             {"units", units_json}};
   return h.dump();
 }
@@ -194,7 +202,9 @@ absl::StatusOr<Header> ParseHeader(const std::string& path, const std::string& t
   if (h.contains("moment_dtype")) {
     std::string name;
     if (absl::Status s = Get(h, "moment_dtype", path, &name); !s.ok()) return s;
-    if (!ParseMomentDtype(name, &out.moments)) {
+    const std::optional<MomentDtype> parsed = EnumFromName<MomentDtype>(name);
+    if (parsed) out.moments = *parsed;
+    if (!parsed) {
       return absl::DataLossError(absl::StrCat("checkpoint ", path, ": unknown moment_dtype '", Echo(name), "'"));
     }
   }
@@ -405,12 +415,12 @@ absl::StatusOr<CheckpointMeta> ReadCheckpoint(const std::string& path,
   const MomentDtype wanted = units.empty() ? MomentDtype::kFp32 : units[0].moments.dtype;
   if (h->moments != wanted) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, " holds ", MomentDtypeName(h->moments), " AdamW moments; this job's optimizer.state_dtype is ",
-        MomentDtypeName(wanted), " (resume with state_dtype ", MomentDtypeName(h->moments), ")"));
+        "checkpoint ", path, " holds ", NameOf(h->moments), " AdamW moments; this job's optimizer.state_dtype is ",
+        NameOf(wanted), " (resume with state_dtype ", NameOf(h->moments), ")"));
   }
   uint64_t expected = h->bytes + 16;
   for (size_t i = 0; i < units.size(); ++i) {
-    if (h->units[i].first != units[i].name || h->units[i].second != units[i].numel) {
+    if (!SameUnitName(h->units[i].first, units[i].name) || h->units[i].second != units[i].numel) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint ", path, ": unit ", i, " is ", h->units[i].first, " with ", h->units[i].second,
           " elements; the model's is ", units[i].name, " with ", units[i].numel));

@@ -45,7 +45,8 @@ struct CheckpointMeta {
 // points at `numel` floats, `moments` at the unit's stored moments (every unit of a
 // checkpoint has the same moment dtype).
 struct CheckpointUnit {
-  std::string name;  // e.g. "embedding", "block.3", "head"; must match on reading
+  std::string name;  // UnitName: "embedding", "block 3", "head"; must match on reading
+                    // (an older file's "block.3" reads as "block 3")
   int64_t numel = 0;
   float* master = nullptr;
   MomentView moments;

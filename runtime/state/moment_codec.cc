@@ -17,28 +17,6 @@
 
 namespace slidedp {
 
-const char* MomentDtypeName(MomentDtype dtype) {
-  switch (dtype) {
-    case MomentDtype::kFp32:
-      return "fp32";
-    case MomentDtype::kBf16:
-      return "bf16";
-    case MomentDtype::kInt8:
-      return "int8";
-  }
-  return "unknown";
-}
-
-bool ParseMomentDtype(std::string_view name, MomentDtype* out) {
-  for (MomentDtype d : {MomentDtype::kFp32, MomentDtype::kBf16, MomentDtype::kInt8}) {
-    if (name == MomentDtypeName(d)) {
-      *out = d;
-      return true;
-    }
-  }
-  return false;
-}
-
 int64_t MomentWidth(MomentDtype dtype) {
   return dtype == MomentDtype::kFp32 ? 4 : dtype == MomentDtype::kBf16 ? 2 : 1;
 }

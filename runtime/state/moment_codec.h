@@ -35,12 +35,8 @@
 
 namespace slidedp {
 
-enum class MomentDtype { kFp32, kBf16, kInt8 };
-
-// "fp32", "bf16", "int8": the job file's names.
-const char* MomentDtypeName(MomentDtype dtype);
-// False when `name` is none of them.
-bool ParseMomentDtype(std::string_view name, MomentDtype* out);
+// MomentDtype and its names ("fp32", "bf16", "int8": NameOf, EnumFromName) are the
+// config's (runtime/train_config_enums.h).
 
 // Elements per quantization block of the 8-bit moments; blocks start at element 0 of a
 // unit, so update calls start at multiples of it.

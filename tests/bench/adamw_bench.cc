@@ -238,7 +238,7 @@ void BenchMomentDtypes(int64_t n, const std::vector<int>& thread_counts) {
       });
       if (d == MomentDtype::kFp32) fp32_rate = rate;
       const double bytes = 12.0 + static_cast<double>(MomentBytes(d, n)) * 2 / n;
-      std::printf("%8d  %6s  %12.1f  %7.2fx  %10.2f  %8.1f\n", threads, MomentDtypeName(d), rate / 1e6,
+      std::printf("%8d  %6s  %12.1f  %7.2fx  %10.2f  %8.1f\n", threads, NameOf(d), rate / 1e6,
                   rate / fp32_rate, bytes, rate * bytes / 1e9);
     }
   }

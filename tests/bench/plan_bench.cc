@@ -20,8 +20,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "runtime/engine/calibration.h"
 #include "runtime/engine/trainer.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 #include "runtime/plan/policy.h"
 #include "tests/bench/bench_flags.h"
 
@@ -73,7 +74,16 @@ int Main(int argc, char** argv) {
     int v = 0;
     if (absl::SimpleAtoi(d, &v)) space.prefetch_depths.push_back(v);
   }
-  space.activations = absl::StrSplit(Flag(argc, argv, "activations", "device,host"), ',');
+  space.activations.clear();
+  for (absl::string_view a : absl::StrSplit(Flag(argc, argv, "activations", "device,host"), ',')) {
+    const std::optional<ActivationPlacement> placement = EnumFromName<ActivationPlacement>(std::string(a));
+    if (!placement) {
+      std::fprintf(stderr, "plan_bench: --activations: '%s' is not one of %s\n", std::string(a).c_str(),
+                   EnumNameList<ActivationPlacement>().c_str());
+      return 2;
+    }
+    space.activations.push_back(*placement);
+  }
 
   absl::StatusOr<ModelConfig> model = PresetConfig(c.model);
   if (!model.ok()) {
@@ -89,7 +99,7 @@ int Main(int argc, char** argv) {
   const JobShape job = JobShapeOf(c);
   const int64_t budget = MemoryBudget(c.policy.gpu_memory_budget_bytes, cal->device_free_bytes);
   std::printf("model %s, %s x%d, %lld x %lld tokens a step, clip %s | calibration %.2f s\n", c.model.c_str(),
-              c.device.c_str(), c.workers, static_cast<long long>(batch), static_cast<long long>(c.seq_len),
+              NameOf(c.device), c.workers, static_cast<long long>(batch), static_cast<long long>(c.seq_len),
               job.clip ? "on" : "off", cal->seconds);
   for (const std::string& n : cal->notes) std::printf("  %s\n", n.c_str());
   absl::StatusOr<PlanChoice> choice = ChoosePlan(shape, job, KnobsOf(c), cal->rates, budget, space);

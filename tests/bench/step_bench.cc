@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_split.h"
 #include "runtime/engine/trainer.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 #include "tests/bench/bench_flags.h"
 
 namespace slidedp {
@@ -39,11 +39,11 @@ int Main(int argc, char** argv) {
   c.steps = std::stoll(Flag(argc, argv, "steps", "4"));
   c.policy.loss_chunk_tokens = std::stoll(Flag(argc, argv, "loss_chunk", "4096"));
   c.policy.prefetch_depth = std::stoi(Flag(argc, argv, "prefetch", "1"));
-  c.policy.grad_landing = Flag(argc, argv, "grad_landing", "auto");
-  c.policy.activations = Flag(argc, argv, "activations", "auto");
+  c.policy.grad_landing = EnumFlag<GradLanding>(argc, argv, "grad_landing", "auto");
+  c.policy.activations = EnumFlag<ActivationPlacement>(argc, argv, "activations", "auto");
   c.policy.mlp_tile_tokens = std::stoll(Flag(argc, argv, "mlp_tile", "0"));
-  c.policy.grad_route = Flag(argc, argv, "grad_route", "gather_host");
-  c.policy.param_route = Flag(argc, argv, "param_route", "replicate");
+  c.policy.grad_route = EnumFlag<GradRoute>(argc, argv, "grad_route", "gather_host");
+  c.policy.param_route = EnumFlag<ParamRoute>(argc, argv, "param_route", "replicate");
   c.trace_file = Flag(argc, argv, "trace", "");
   if (Flag(argc, argv, "no_clip", "0") != "0") c.optimizer.max_grad_norm = 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -56,7 +56,7 @@ int Main(int argc, char** argv) {
   const ModelConfig& m = (*trainer)->model_config();
   const double params = static_cast<double>((*trainer)->num_parameters());
   std::printf("model %s: %.3fB params, %lld layers | %s x%d | %lld sequences x %lld tokens a step | setup %.1f s\n",
-              c.model.c_str(), params / 1e9, static_cast<long long>(m.num_layers), c.device.c_str(), c.workers,
+              c.model.c_str(), params / 1e9, static_cast<long long>(m.num_layers), NameOf(c.device), c.workers,
               static_cast<long long>(c.global_batch_sequences()), static_cast<long long>(c.seq_len), setup);
   // The step loop and its summary for the plan the trainer has now.
   auto run = [&](const std::string& label) -> bool {
@@ -104,9 +104,16 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "step_bench: --routes wants PARAM/GRAD pairs, got \"%s\"\n", std::string(pair).c_str());
       return 2;
     }
+    const std::optional<ParamRoute> param_route = EnumFromName<ParamRoute>(pr[0]);
+    const std::optional<GradRoute> grad_route = EnumFromName<GradRoute>(pr[1]);
+    if (!param_route || !grad_route) {
+      std::fprintf(stderr, "step_bench: --routes: \"%s\" is not PARAM/GRAD, of %s / %s\n", std::string(pair).c_str(),
+                   EnumNameList<ParamRoute>().c_str(), EnumNameList<GradRoute>().c_str());
+      return 2;
+    }
     PlanKnobs k = KnobsOf(c);
-    k.policy.param_route = pr[0];
-    k.policy.grad_route = pr[1];
+    k.policy.param_route = *param_route;
+    k.policy.grad_route = *grad_route;
     if (absl::Status st = (*trainer)->UsePlan(k); !st.ok()) {
       std::fprintf(stderr, "step_bench: %s: %s\n", std::string(pair).c_str(), std::string(st.message()).c_str());
       return 1;

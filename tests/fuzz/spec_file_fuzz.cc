@@ -1,5 +1,5 @@
-// libFuzzer entry point for the CLI's job spec file reader (YAML -> JobSpec guided by
-// the descriptor): any text is parsed; errors name the source; a spec that parses
+// libFuzzer entry point for the CLI's job spec file reader (the job-file parser, then
+// JobSpec by the field list): any text is parsed; errors name the source; a spec that parses
 // survives a binary round trip. Built and run by deploy/fuzz.sh.
 #include <cstddef>
 #include <cstdint>

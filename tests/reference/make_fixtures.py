@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the Hugging Face reference fixtures for tests/hf_reference_test.cc.
+"""Builds the Hugging Face reference fixtures for tests/runtime/model/hf_reference_test.cc.
 
 Run on a machine with PyTorch and transformers (the GPU host has both):
     python3 tests/reference/make_fixtures.py --out tests/reference/fixtures

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Makes the fixture of tests/cuda_training_test.cc on the GPU host: 5 steps of plain
-PyTorch training of a small Qwen2 model, the way users train when the model fits.
+"""Makes the fixture of tests/runtime/engine/cuda_training_test.cc on the GPU host: 5
+steps of plain PyTorch training of a small Qwen2 model, the way users train when the
+model fits.
 
 fp32 master weights on the GPU, bf16 autocast, SDPA attention, the loss as the mean
 token cross-entropy (computed in fp32), clip_grad_norm_(1.0), torch.optim.AdamW with

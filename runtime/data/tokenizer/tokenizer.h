@@ -3,8 +3,8 @@
 // with their lstrip/rstrip/single_word/normalized flags), then the normalizer (none or
 // NFC, via utf8proc), the pre-tokenizer (pretokenizer.h), the BPE model (bpe.h) and,
 // when asked for special tokens, the post-processor (TemplateProcessing; ByteLevel adds
-// nothing to ids). The ids equal those of the tokenizers package (tests/tokenizer_test.cc
-// checks fixtures made with it). Immutable after Load; Encode is safe on many threads,
+// nothing to ids). The ids equal those of the tokenizers package
+// (tests/runtime/data/tokenizer/tokenizer_test.cc checks fixtures made with it). Immutable after Load; Encode is safe on many threads,
 // each with its own BpeCache.
 #pragma once
 

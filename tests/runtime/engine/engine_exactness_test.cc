@@ -23,6 +23,7 @@
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
 #include "tests/documents_dataset.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
@@ -120,8 +121,7 @@ Weights ReferenceTrain(const ModelConfig& c, const Weights& init, const TrainCon
                        std::unique_ptr<Dataset> data = nullptr) {
   const ModelLayout layout = BuildLayout(c);
   std::vector<at::Tensor> flat = Flats(layout, init), m, v, scales;
-  MomentDtype moments = MomentDtype::kFp32;
-  EXPECT_TRUE(ParseMomentDtype(tc.optimizer.state_dtype, &moments));
+  const MomentDtype moments = tc.optimizer.state_dtype;
   for (int u = 0; u < layout.num_units(); ++u) {
     flat[u].requires_grad_(true);
     m.push_back(at::zeros_like(flat[u]));
@@ -186,16 +186,11 @@ Weights ReferenceTrain(const ModelConfig& c, const Weights& init, const TrainCon
 }
 
 TrainConfig BaseConfig(const std::string& model_dir) {
-  TrainConfig tc;
+  TrainConfig tc = testing::TinyTrainConfig(/*steps=*/5);
   tc.model = model_dir;
-  tc.data.format = "synthetic";
   tc.seq_len = 16;
-  tc.micro_batch_size = 2;
   tc.grad_accum = 2;
-  tc.workers = 2;
-  tc.steps = 5;
   tc.seed = 42;
-  tc.optimizer.lr = 3e-3;
   tc.optimizer.warmup_steps = 2;
   tc.optimizer.schedule = "cosine";
   tc.optimizer.weight_decay = 0.1;
@@ -247,8 +242,8 @@ TEST_P(EngineExactness, FiveStepsMatchPlainAutograd) {
   std::filesystem::remove_all(dir);
   Weights init = MakeModelDir(c, dir + "/init", 7);
   TrainConfig tc = BaseConfig(dir + "/init");
-  tc.policy.param_route = param_route;
-  tc.policy.grad_route = grad_route;
+  tc.policy.param_route = *EnumFromName<ParamRoute>(param_route);
+  tc.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   Weights engine = RunEngine(tc, c, dir + "/out");
   Weights ref = ReferenceTrain(c, init, tc);
   // The weights moved (the test can fail) ...
@@ -286,14 +281,14 @@ TEST(EngineExactnessMore, CompactMomentsMatchPlainAutogradAndTheQuantizedReferen
       std::filesystem::remove_all(dir);
       Weights init = MakeModelDir(c, dir + "/init", 11);
       TrainConfig tc = BaseConfig(dir + "/init");
-      tc.optimizer.state_dtype = dtype;
+      tc.optimizer.state_dtype = *EnumFromName<MomentDtype>(dtype);
       tc.optimizer.max_grad_norm = clip;
       tc.policy.chunk_elems = 4 * kMomentBlock;  // several chunks per unit, on block bounds
       Weights engine = RunEngine(tc, c, dir + "/out");
       EXPECT_GT((engine.at("model.norm.weight") - init.at("model.norm.weight")).abs().max().item<double>(), 1e-4);
       const Weights quantized_ref = ReferenceTrain(c, init, tc);
       TrainConfig fp32 = tc;
-      fp32.optimizer.state_dtype = "fp32";
+      fp32.optimizer.state_dtype = MomentDtype::kFp32;
       const Weights fp32_ref = ReferenceTrain(c, init, fp32);
       // The tolerance: the engine's gradients differ from plain autograd's in the last
       // fp32 bits (summation order), and an element whose moment sits on a rounding
@@ -332,7 +327,7 @@ TEST(EngineExactnessMore, HostActivationsEqualPlainAutograd) {
   std::filesystem::remove_all(dir);
   Weights init = MakeModelDir(c, dir + "/init", 13);
   TrainConfig tc = BaseConfig(dir + "/init");
-  tc.policy.activations = "host";
+  tc.policy.activations = ActivationPlacement::kHost;
   ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
 }
 
@@ -346,7 +341,7 @@ TEST(EngineExactnessMore, TiledMlpWithHostActivationsEqualsPlainAutograd) {
   Weights init = MakeModelDir(c, dir + "/init", 17);
   TrainConfig tc = BaseConfig(dir + "/init");
   tc.policy.mlp_tile_tokens = 5;
-  tc.policy.activations = "host";
+  tc.policy.activations = ActivationPlacement::kHost;
   ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
 }
 
@@ -374,15 +369,15 @@ TEST_P(EngineRoutes, EqualOneWorkerAndMoveTheRouteBytes) {
   ASSERT_GT(block_params, 0);
   ASSERT_LT(block_params, params);
   TrainConfig one = BaseConfig(dir + "/init");
-  one.policy.activations = "device";  // only parameter and gradient bytes cross
+  one.policy.activations = ActivationPlacement::kDevice;  // only parameter and gradient bytes cross
   one.workers = 1;
   one.micro_batch_size = 2;
   one.grad_accum = 4;
   TrainConfig many = one;
   many.workers = world;
   many.grad_accum = 4 / world;
-  many.policy.param_route = param_route;
-  many.policy.grad_route = grad_route;
+  many.policy.param_route = *EnumFromName<ParamRoute>(param_route);
+  many.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   std::vector<StepStats> s1, sw;
   const Weights w1 = RunEngine(one, c, dir + "/one", {}, &s1);
   const Weights ww = RunEngine(many, c, dir + "/many", {}, &sw);
@@ -443,7 +438,7 @@ TEST_P(DocumentMaskExactness, FiveStepsMatchPlainAutograd) {
   std::filesystem::remove_all(dir);
   Weights init = MakeModelDir(c, dir + "/init", 17);
   TrainConfig tc = BaseConfig(dir + "/init");
-  tc.policy.param_route = param_route;
+  tc.policy.param_route = *EnumFromName<ParamRoute>(param_route);
   TrainerInputs docs;
   docs.train = OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed);
   const Weights engine = RunEngine(tc, c, dir + "/out", std::move(docs));
@@ -467,7 +462,7 @@ TEST(EngineEval, EvalLossEqualsPlainForwardOfTheStepsWeights) {
   MakeModelDir(c, dir + "/init", 19);
   TrainConfig tc = BaseConfig(dir + "/init");
   tc.steps = 3;
-  tc.policy.param_route = "scatter_allgather";
+  tc.policy.param_route = ParamRoute::kScatterAllGather;
   DataConfig held_out = tc.data;
   held_out.shuffle = false;
   const uint64_t eval_seed = 99;
@@ -485,7 +480,7 @@ TEST(EngineEval, EvalLossEqualsPlainForwardOfTheStepsWeights) {
   ASSERT_TRUE(stats[2].eval_loss.has_value());
 
   // Steps 1..2 again, for the weights after step 2 (the same trajectory: the eval
-  // changed nothing, which tests/trainer_eval_test.cc checks bit for bit).
+  // changed nothing, which tests/runtime/engine/trainer_eval_test.cc checks bit for bit).
   TrainConfig two = tc;
   two.steps = 2;
   TrainerInputs again;

@@ -103,13 +103,13 @@ TEST(Admission, EstimateCountsTheHostStateAsTheEngineLaysItOut) {
   EXPECT_EQ(n.parameters, params);
   EXPECT_EQ(n.state_bytes_per_param, 20);  // fp32 master, m, v, streamed fp32 copy, fp32 landing
   EXPECT_EQ(n.host_state, 20 * params);
-  c.compute_dtype = "bf16";
+  c.compute_dtype = ComputeDtype::kBf16;
   EXPECT_EQ(EstimateHostMemory(c, tiny).state_bytes_per_param, 18);
-  c.policy.grad_landing = "bf16";
+  c.policy.grad_landing = GradLanding::kBf16;
   EXPECT_EQ(EstimateHostMemory(c, tiny).state_bytes_per_param, 14);
   // cuda: gradients land in bf16 (14 bytes) unless the host sums several workers' (18).
   TrainConfig g = Tiny();
-  g.device = "cuda";
+  g.device = DeviceKind::kCuda;
   n = EstimateHostMemory(g, tiny);
   EXPECT_EQ(n.state_bytes_per_param, 14);
   EXPECT_EQ(n.working, 0) << "the step's working memory is the GPU's";
@@ -119,9 +119,9 @@ TEST(Admission, EstimateCountsTheHostStateAsTheEngineLaysItOut) {
   EXPECT_GT(n.transfer, 0) << "gather_host: a landing buffer per rank";
   // Issue 22: compact moments, 4 bytes (bf16) or about 6 (int8) less a parameter.
   g.workers = 1;
-  g.optimizer.state_dtype = "bf16";
+  g.optimizer.state_dtype = MomentDtype::kBf16;
   EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 10);
-  g.optimizer.state_dtype = "int8";
+  g.optimizer.state_dtype = MomentDtype::kInt8;
   EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 8 + 8.0 / 256);
 }
 

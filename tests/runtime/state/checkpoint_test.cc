@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/engine/trainer.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
@@ -314,13 +315,7 @@ TEST(Checkpoint, FullDiskFailsClearlyAndKeepsThePreviousCheckpoint) {
 }
 
 TrainConfig Tiny(int steps) {
-  TrainConfig c;
-  c.model = "tiny";
-  c.seq_len = 32;
-  c.micro_batch_size = 2;
-  c.workers = 2;
-  c.steps = steps;
-  c.optimizer.lr = 3e-3;
+  TrainConfig c = testing::TinyTrainConfig(steps);
   c.optimizer.warmup_steps = 2;
   c.optimizer.weight_decay = 0.01;
   c.policy.update_threads = 1;
@@ -379,7 +374,7 @@ TEST(CheckpointResume, IsBitExactWithCompactMoments) {
   for (const char* dtype : {"bf16", "int8"}) {
     SCOPED_TRACE(dtype);
     TrainConfig c = Tiny(8);
-    c.optimizer.state_dtype = dtype;
+    c.optimizer.state_dtype = *EnumFromName<MomentDtype>(dtype);
     ExpectResumeIsBitExact(c, std::string("resume_") + dtype);
     c.optimizer.max_grad_norm = 0;
     ExpectResumeIsBitExact(c, std::string("resume_noclip_") + dtype);
@@ -388,7 +383,7 @@ TEST(CheckpointResume, IsBitExactWithCompactMoments) {
 
 TEST(CheckpointResume, RefusesACheckpointOfAnotherMomentDtype) {
   TrainConfig c = Tiny(4);
-  c.optimizer.state_dtype = "int8";
+  c.optimizer.state_dtype = MomentDtype::kInt8;
   const TempDir ckpt("other_moments");
   c.checkpoint_dir = ckpt;
   auto a = Trainer::Create(c);
@@ -396,7 +391,7 @@ TEST(CheckpointResume, RefusesACheckpointOfAnotherMomentDtype) {
   ASSERT_TRUE((*a)->Step().ok());
   ASSERT_TRUE((*a)->SaveCheckpoint().ok());
   TrainConfig other = c;
-  other.optimizer.state_dtype = "fp32";
+  other.optimizer.state_dtype = MomentDtype::kFp32;
   other.resume_from = c.checkpoint_dir;
   auto b = Trainer::Create(other);
   ASSERT_FALSE(b.ok());

@@ -28,11 +28,11 @@
 #include "runtime/data/text_records.h"
 #include "runtime/data/token_cache.h"
 #include "runtime/data/tokenizer/tokenizer.h"
+#include "runtime/engine/calibration.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/model/hf_checkpoint.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
-#include "runtime/plan/calibration.h"
 #include "runtime/state/host_state.h"
 
 namespace slidedp {

@@ -121,8 +121,8 @@ TEST(TrainConfigTest, ParsesFullYaml) {
   EXPECT_EQ(c->micro_batch_size, 2);
   EXPECT_EQ(c->grad_accum, 8);
   EXPECT_EQ(c->workers, 4);
-  EXPECT_EQ(c->device, "cuda");
-  EXPECT_EQ(c->compute_dtype, "bf16");
+  EXPECT_EQ(c->device, DeviceKind::kCuda);
+  EXPECT_EQ(c->compute_dtype, ComputeDtype::kBf16);
   EXPECT_EQ(c->steps, 1000);
   EXPECT_DOUBLE_EQ(c->optimizer.lr, 2e-5);
   EXPECT_DOUBLE_EQ(c->optimizer.min_lr_ratio, 0.05);
@@ -140,9 +140,9 @@ TEST(TrainConfigTest, ParsesFullYaml) {
   EXPECT_EQ(c->output_dir, "/out");
   EXPECT_EQ(c->policy.chunk_elems, 1048576);
   EXPECT_EQ(c->policy.prefetch_depth, 2);
-  EXPECT_EQ(c->policy.param_route, "scatter_allgather");
-  EXPECT_EQ(c->policy.grad_route, "reduce_scatter");
-  EXPECT_EQ(c->policy.activations, "host");
+  EXPECT_EQ(c->policy.param_route, ParamRoute::kScatterAllGather);
+  EXPECT_EQ(c->policy.grad_route, GradRoute::kReduceScatter);
+  EXPECT_EQ(c->policy.activations, ActivationPlacement::kHost);
   EXPECT_EQ(c->policy.loss_chunk_tokens, 512);
   EXPECT_EQ(c->policy.mlp_tile_tokens, 2048);
   EXPECT_EQ(c->policy.update_threads, 6);
@@ -241,7 +241,7 @@ TEST(TrainConfigTest, LoadsJsonFile) {
   EXPECT_EQ(c->workers, 2);
   EXPECT_DOUBLE_EQ(c->optimizer.lr, 1e-3);
   EXPECT_EQ(c->optimizer.schedule, "constant");
-  EXPECT_EQ(c->policy.grad_route, "reduce_one");
+  EXPECT_EQ(c->policy.grad_route, GradRoute::kReduceOne);
   EXPECT_EQ(c->seq_len, TrainConfig{}.seq_len);  // absent: default
 }
 
@@ -403,7 +403,7 @@ TEST(TrainConfigErrorTest, StateDtypeIsCheckedWithItsBlocks) {
     absl::StatusOr<TrainConfig> c = ParseTrainConfig(ok, "job.yaml");
     ASSERT_TRUE(c.ok()) << c.status();
   }
-  EXPECT_EQ(TrainConfig().optimizer.state_dtype, "fp32");
+  EXPECT_EQ(TrainConfig().optimizer.state_dtype, MomentDtype::kFp32);
 }
 
 TEST(TrainConfigErrorTest, ValidateNamesTheField) {
@@ -413,7 +413,7 @@ TEST(TrainConfigErrorTest, ValidateNamesTheField) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(std::string(s.message()), "field 'optimizer.lr' must be > 0 and finite, got -1");
   c = TrainConfig{};
-  c.policy.grad_route = "nccl";
+  c.policy.grad_route = static_cast<GradRoute>(7);  // no such route
   EXPECT_CONTAINS(
       std::string(ValidateTrainConfig(c).message()),
       "field 'policy.grad_route' must be one of gather_host, reduce_scatter, reduce_one");

@@ -55,7 +55,7 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   c.seq_len = s["seq_len"];
   c.micro_batch_size = 2;
   c.grad_accum = s["rows_per_step"].get<int64_t>() / 2;  // fp32 accumulation over 2 micro-batches
-  c.device = "cuda";
+  c.device = DeviceKind::kCuda;
   c.steps = s["steps"];
   c.optimizer.lr = s["lr"];
   c.optimizer.schedule = "constant";
@@ -66,8 +66,8 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   c.optimizer.weight_decay = s["weight_decay"];
   c.optimizer.max_grad_norm = s["max_grad_norm"];
   c.policy.loss_chunk_tokens = 64;  // several loss chunks per micro-batch
-  c.policy.grad_landing = variant.substr(0, variant.find('+'));
-  if (variant.find("+host_activations") != std::string::npos) c.policy.activations = "host";
+  c.policy.grad_landing = *EnumFromName<GradLanding>(variant.substr(0, variant.find('+')));
+  if (variant.find("+host_activations") != std::string::npos) c.policy.activations = ActivationPlacement::kHost;
   if (variant.find("+prefetch2") != std::string::npos) c.policy.prefetch_depth = 2;
   if (variant.find("+mlp_tiles") != std::string::npos) c.policy.mlp_tile_tokens = c.seq_len / 3 + 1;
   return c;
@@ -161,8 +161,8 @@ TEST(CpuTrainingTest, FiveStepsMatchPyTorchFp32) {
   ASSERT_TRUE(sf.good()) << kDir;
   const nlohmann::json settings = nlohmann::json::parse(sf);
   TrainConfig c = FixtureConfig(settings, "fp32");
-  c.device = "cpu";
-  c.compute_dtype = "fp32";
+  c.device = DeviceKind::kCpu;
+  c.compute_dtype = ComputeDtype::kFp32;
   const FixtureRun run = RunFixture(c, ::testing::TempDir() + "/cpu_training_fp32");
   ASSERT_EQ(run.losses.size(), static_cast<size_t>(c.steps));
   absl::StatusOr<SafetensorsFile> ref = SafetensorsFile::Open(kDir + "/reference.safetensors");
@@ -216,8 +216,8 @@ TEST_P(CudaMultiGpu, FiveStepsOnWGpusEqualOneGpu) {
   many.workers = W;
   many.micro_batch_size = 1;
   many.grad_accum = rows / W;
-  many.policy.param_route = param_route;
-  many.policy.grad_route = grad_route;
+  many.policy.param_route = *EnumFromName<ParamRoute>(param_route);
+  many.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   const std::string tag = std::to_string(W) + "_" + param_route + "_" + grad_route;
   const FixtureRun a = RunFixture(one, ::testing::TempDir() + "/multi_gpu_w1_" + tag);
   const FixtureRun b = RunFixture(many, ::testing::TempDir() + "/multi_gpu_" + tag);

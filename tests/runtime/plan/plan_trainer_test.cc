@@ -14,24 +14,21 @@
 #include <memory>
 #include <thread>
 
+#include "runtime/engine/calibration.h"
 #include "runtime/engine/fault_injection.h"
 #include "runtime/engine/trainer.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
+#include "runtime/plan/measurements.h"
 #include "runtime/plan/plan_manager.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
 
 TrainConfig Tiny() {
-  TrainConfig c;
-  c.model = "tiny";
-  c.data.format = "synthetic";
-  c.seq_len = 32;
+  TrainConfig c = testing::TinyTrainConfig(/*steps=*/4);
   c.micro_batch_size = 4;
-  c.grad_accum = 1;
   c.workers = 1;
-  c.steps = 4;
-  c.optimizer.lr = 3e-3;
   c.policy.replan_threshold = 1e9;  // no re-plan midway: the report names the knobs that ran
   return c;
 }
@@ -191,8 +188,8 @@ TEST_P(TwoWorkerOutOfMemory, AbortsTheCollectivesInsteadOfHanging) {
   TrainConfig c = Tiny();
   c.workers = 2;
   c.micro_batch_size = 2;
-  c.policy.param_route = param_route;
-  c.policy.grad_route = grad_route;
+  c.policy.param_route = *EnumFromName<ParamRoute>(param_route);
+  c.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   c.policy.auto_plan = auto_plan;
   WithinSeconds(120, [&] {
     auto t = Trainer::Create(c);
@@ -251,7 +248,7 @@ TEST(PlanTrainer, RefineMovesTheRatesTowardTheMeasuredStep) {
   StepPrediction predicted;
   predicted.step_seconds = 1.0;
   predicted.bottleneck = kResGpu;
-  StepStats s;
+  StepMeasurement s;
   s.step_seconds = 1.5;
   s.update_busy_seconds = static_cast<double>(shape.total_params()) / 1e6;  // 1e6 params/s
   const double forward = r.forward_s, adamw = r.adamw_params_per_s;
@@ -268,14 +265,14 @@ TEST(PlanTrainer, SustainedDriftReplans) {
   TrainConfig c = Tiny();
   c.policy.auto_plan = true;
   c.policy.replan_threshold = 0.15;
-  absl::StatusOr<PlanManager> m = PlanManager::Start(*PresetConfig("tiny"), c);
+  absl::StatusOr<PlanManager> m = StartPlan(*PresetConfig("tiny"), c);
   ASSERT_TRUE(m.ok()) << m.status();
   bool replanned = false;
   for (int step = 1; step <= 8 && m->report().last_change.find("re-planned") == std::string::npos; ++step) {
     StepStats s;
     s.step = step;
     s.step_seconds = 3 * m->prediction().step_seconds;  // far slower than predicted
-    replanned |= m->AfterStep(s, /*first_of_plan=*/step == 1).has_value();
+    replanned |= ReportStep(*m, s, /*first_of_plan=*/step == 1).has_value();
     EXPECT_GT(s.predicted_step_seconds, 0);
     EXPECT_FALSE(s.bottleneck.empty());
   }

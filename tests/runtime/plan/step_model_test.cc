@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "runtime/model/model_config.h"
-#include "runtime/plan/calibration.h"
+#include "runtime/plan/job_knobs.h"
 #include "runtime/plan/policy.h"
 #include "runtime/plan/step_model.h"
 
@@ -53,7 +53,7 @@ PlanKnobs Knobs(int64_t mbs, int64_t accum, int depth = 2) {
   k.micro_batch_size = mbs;
   k.grad_accum = accum;
   k.policy.prefetch_depth = depth;
-  k.policy.activations = "device";  // a concrete placement (the job default is "auto")
+  k.policy.activations = ActivationPlacement::kDevice;  // a concrete placement (the job default is "auto")
   return k;
 }
 
@@ -107,12 +107,12 @@ TEST(StepModel, UpdateRateFollowsTheMomentDtype) {
   TrainConfig c;
   c.device = "cuda";
   EXPECT_EQ(JobShapeOf(c).update_bytes_per_param, 28.0);
-  c.optimizer.state_dtype = "bf16";
+  c.optimizer.state_dtype = MomentDtype::kBf16;
   EXPECT_EQ(JobShapeOf(c).update_bytes_per_param, 20.0);
-  c.optimizer.state_dtype = "int8";
+  c.optimizer.state_dtype = MomentDtype::kInt8;
   const JobShape int8 = JobShapeOf(c);
   EXPECT_EQ(int8.update_bytes_per_param, 16.0 + 16.0 / 256);
-  c.optimizer.state_dtype = "fp32";
+  c.optimizer.state_dtype = MomentDtype::kFp32;
   const JobShape fp32 = JobShapeOf(c);
   const double ratio = DefaultRates(Synthetic(), int8).adamw_params_per_s / DefaultRates(Synthetic(), fp32).adamw_params_per_s;
   EXPECT_NEAR(ratio, 28.0 / (16.0 + 16.0 / 256), 1e-12);
@@ -161,7 +161,7 @@ TEST(StepModel, BytesMatchTheEngine) {
   EXPECT_EQ(p.h2d_bytes, (s.total_params() + 8 * 12'000'000) * 2);
   EXPECT_EQ(p.d2h_bytes, s.total_params() * 2);
   PlanKnobs host = Knobs(8, 1);
-  host.policy.activations = "host";
+  host.policy.activations = ActivationPlacement::kHost;
   const StepPrediction q = PredictStep(s, Job(), host, Balanced());
   const int64_t act = 8 * 1024 * 1024 * 2;  // one block's input, bf16
   EXPECT_EQ(q.d2h_bytes - p.d2h_bytes, 8 * act);  // every block's input down and back
@@ -171,7 +171,7 @@ TEST(StepModel, BytesMatchTheEngine) {
 TEST(StepModel, MemoryGrowsWithTheKnobs) {
   const ModelShape s = Synthetic();
   PlanKnobs dev = Knobs(8, 1), host = Knobs(8, 1), deep = Knobs(8, 1, 4), small = Knobs(1, 8);
-  host.policy.activations = "host";
+  host.policy.activations = ActivationPlacement::kHost;
   const int64_t base = EstimateMemory(s, Job(), dev).total;
   EXPECT_LT(EstimateMemory(s, Job(), host).total, base);
   EXPECT_EQ(EstimateMemory(s, Job(), deep).total - base, 2 * 32'000'000 * 2);
@@ -248,7 +248,7 @@ struct Sweep {
 };
 PlanKnobs RowKnobs(const SweepRow& row) {
   PlanKnobs k = Knobs(row.mbs, row.accum, row.prefetch);
-  k.policy.activations = row.activations;
+  k.policy.activations = *EnumFromName<ActivationPlacement>(row.activations);
   k.policy.loss_chunk_tokens = 4096;  // plan_bench's
   return k;
 }
@@ -517,7 +517,7 @@ TEST(Policy, ChoosesTheBestFittingCandidateOfABruteForceSweep) {
   double best = std::numeric_limits<double>::infinity();
   for (int64_t mbs : {1, 2, 4, 8}) {
     for (int depth = 1; depth <= 4; ++depth) {
-      for (const char* act : {"device", "host"}) {
+      for (const ActivationPlacement act : {ActivationPlacement::kDevice, ActivationPlacement::kHost}) {
         PlanKnobs k = Knobs(mbs, 8 / mbs, depth);
         k.policy.activations = act;
         const StepPrediction p = PredictStep(s, job, k, r);
@@ -549,7 +549,7 @@ TEST(Policy, RoutesAreSearchedWithSeveralWorkers) {
   absl::StatusOr<PlanChoice> choice = ChoosePlan(Synthetic(), job, Knobs(4, 1), r, 0);
   ASSERT_TRUE(choice.ok());
   EXPECT_EQ(choice->candidates.size(), 3u * 4 * 2 * 2 * 3);  // mbs 4,2,1; depth; act; routes
-  EXPECT_EQ(choice->knobs.policy.param_route, "scatter_allgather");
+  EXPECT_EQ(choice->knobs.policy.param_route, ParamRoute::kScatterAllGather);
 }
 
 TEST(Policy, NothingFitsIsResourceExhausted) {

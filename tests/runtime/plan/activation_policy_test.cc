@@ -1,7 +1,7 @@
 // ChooseActivations: the placement of layer inputs and the MLP tile for the shapes and
 // memory of the H200 runs (143771 MiB), with and without policy.gpu_memory_budget_bytes;
 // and the step-time model's copy of the tile choice (MlpTile) against it.
-#include "runtime/engine/activation_policy.h"
+#include "runtime/plan/activation_policy.h"
 
 #include <gtest/gtest.h>
 
@@ -25,7 +25,7 @@ TrainConfig Job(int64_t seq_len, int64_t micro_batch, int64_t accum) {
   c.seq_len = seq_len;
   c.micro_batch_size = micro_batch;
   c.grad_accum = accum;
-  c.policy.activations = "auto";
+  c.policy.activations = ActivationPlacement::kAuto;
   return c;
 }
 
@@ -58,12 +58,12 @@ TEST(ActivationPolicy, LongSequencesTileTheMlpAndOffloadWhenTheBudgetIsSmall) {
 TEST(ActivationPolicy, TheJobsChoicesWinAndTheCpuDeviceNeverOffloadsByItself) {
   TrainConfig c = Job(262144, 1, 1);
   EXPECT_FALSE(ChooseActivations(c, k7B, 4, /*device_memory=*/0).offload_inputs);
-  c.policy.activations = "host";
+  c.policy.activations = ActivationPlacement::kHost;
   c.policy.mlp_tile_tokens = 1000;
   const ActivationPlan p = ChooseActivations(c, k3B, 2, kH200);
   EXPECT_TRUE(p.offload_inputs);
   EXPECT_EQ(p.mlp_tile, 1000);
-  c.policy.activations = "device";
+  c.policy.activations = ActivationPlacement::kDevice;
   EXPECT_FALSE(ChooseActivations(c, k7B, 2, kH200).offload_inputs);
 }
 

@@ -1,5 +1,5 @@
 // Calibration: see calibration.h.
-#include "runtime/plan/calibration.h"
+#include "runtime/engine/calibration.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
@@ -21,42 +21,13 @@
 #include "runtime/io/stop_token.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/transformer.h"
+#include "runtime/plan/job_knobs.h"
 #include "runtime/state/adamw.h"
 #if defined(SLIDEDP_WITH_CUDA_TOOLKIT)
 #include "runtime/cuda/pcie_probe.h"
 #endif
 
 namespace slidedp {
-
-JobShape JobShapeOf(const TrainConfig& config) {
-  JobShape j;
-  j.sequences = config.global_batch_sequences();
-  j.seq_len = config.seq_len;
-  j.workers = config.workers;
-  j.clip = config.optimizer.max_grad_norm > 0;
-  j.cuda = config.device == "cuda";
-  j.param_bytes = j.cuda || config.compute_dtype == "bf16" ? 2 : 4;
-  MomentDtype moments = MomentDtype::kFp32;
-  ParseMomentDtype(config.optimizer.state_dtype, &moments);
-  j.update_bytes_per_param = 12.0 + 2.0 * MomentBytesPerParam(moments);
-  return j;
-}
-
-PlanKnobs KnobsOf(const TrainConfig& config) {
-  PlanKnobs k;
-  k.micro_batch_size = config.micro_batch_size;
-  k.grad_accum = config.grad_accum;
-  k.policy = config.policy;
-  return k;
-}
-
-TrainConfig WithKnobs(const TrainConfig& config, const PlanKnobs& knobs) {
-  TrainConfig c = config;
-  c.micro_batch_size = knobs.micro_batch_size;
-  c.grad_accum = knobs.grad_accum;
-  c.policy = knobs.policy;
-  return c;
-}
 
 namespace {
 
@@ -230,11 +201,10 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
     r.host_memory_gbps = CopyGbps(job.cuda ? (int64_t{256} << 20) : (int64_t{32} << 20), cores, stop);
     c.notes.push_back(absl::StrFormat("host memory %.1f GB/s (copy, %d threads)", r.host_memory_gbps, cores));
     const int64_t n = job.cuda ? (int64_t{32} << 20) : (int64_t{4} << 20);
-    MomentDtype moments = MomentDtype::kFp32;
-    ParseMomentDtype(config.optimizer.state_dtype, &moments);
+    const MomentDtype moments = config.optimizer.state_dtype;
     r.adamw_params_per_s = AdamWParamsPerSecond(n, Bf16Landing(job, config.policy), moments, threads, stop);
     c.notes.push_back(absl::StrFormat("AdamW %.3g params/s (%d threads, %s moments)", r.adamw_params_per_s, threads,
-                                      MomentDtypeName(moments)));
+                                      NameOf(moments)));
 
     const bool cuda_ok = job.cuda && at::hasCUDA();
     if (job.cuda && !cuda_ok) return absl::FailedPreconditionError("calibration: device cuda without CUDA LibTorch");
@@ -299,26 +269,22 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
   return c;
 }
 
-void RefineRates(const StepStats& step, const StepPrediction& predicted, const ModelShape& shape, double alpha,
-                 Rates& r) {
-  auto blend = [alpha](double& rate, double measured) {
-    if (measured > 0 && std::isfinite(measured)) rate = (1 - alpha) * rate + alpha * measured;
-  };
-  if (!step.skipped && step.update_busy_seconds > 0) {
-    blend(r.adamw_params_per_s, static_cast<double>(shape.total_params()) / step.update_busy_seconds);
+absl::StatusOr<PlanManager> StartPlan(const ModelConfig& model, const TrainConfig& config, const StopToken* stop) {
+  return PlanManager::Start(model, config, [&] { return Calibrate(model, config, stop); });
+}
+
+std::optional<PlanKnobs> ReportStep(PlanManager& plan, StepStats& stats, bool first_of_plan) {
+  stats.predicted_step_seconds = plan.prediction().step_seconds;
+  stats.bottleneck = plan.prediction().bottleneck;
+  StepMeasurement m;
+  m.step = stats.step;
+  m.step_seconds = stats.step_seconds;
+  m.skipped = stats.skipped;
+  m.update_busy_seconds = stats.update_busy_seconds;
+  for (const WorkerDeviceStats& w : stats.workers) {
+    m.workers.push_back({w.h2d_bytes, w.d2h_bytes, w.h2d_busy_seconds, w.d2h_busy_seconds});
   }
-  for (const WorkerDeviceStats& w : step.workers) {
-    if (w.h2d_busy_seconds > 0) blend(r.h2d_gbps, static_cast<double>(w.h2d_bytes) / w.h2d_busy_seconds / 1e9);
-    if (w.d2h_busy_seconds > 0) blend(r.d2h_gbps, static_cast<double>(w.d2h_bytes) / w.d2h_busy_seconds / 1e9);
-  }
-  if (predicted.bottleneck == kResGpu && predicted.step_seconds > 0 && step.step_seconds > 0) {
-    const double ratio = std::clamp(step.step_seconds / predicted.step_seconds, 0.5, 2.0);
-    const double f = 1 + alpha * (ratio - 1);
-    for (double* x : {&r.forward_s, &r.recompute_s, &r.backward_s, &r.head_s, &r.embed_s, &r.grad_s_per_param,
-                      &r.launch_s}) {
-      *x *= f;
-    }
-  }
+  return plan.AfterStep(m, first_of_plan);
 }
 
 }  // namespace slidedp

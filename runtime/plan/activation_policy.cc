@@ -1,5 +1,5 @@
 // ActivationPolicy: see activation_policy.h.
-#include "runtime/engine/activation_policy.h"
+#include "runtime/plan/activation_policy.h"
 
 #include <algorithm>
 
@@ -12,12 +12,12 @@ ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& m
   const int64_t budget = config.policy.gpu_memory_budget_bytes;
   const int64_t usable = budget > 0 && device_memory > 0 ? std::min(budget, device_memory) : device_memory;
   ActivationPlan plan;
-  if (config.policy.activations == "auto") {
+  if (config.policy.activations == ActivationPlacement::kAuto) {
     const int64_t kept = model.num_layers * config.grad_accum * config.micro_batch_size * config.seq_len *
                          model.hidden_size * element_bytes;
     plan.offload_inputs = usable > 0 && kept > usable / 10 * 4;
   } else {
-    plan.offload_inputs = config.policy.activations == "host";
+    plan.offload_inputs = config.policy.activations == ActivationPlacement::kHost;
   }
   plan.mlp_tile =
       ChooseMlpTile(config.policy, config.micro_batch_size, config.seq_len, model.intermediate_size, element_bytes);

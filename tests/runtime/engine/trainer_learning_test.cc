@@ -15,20 +15,15 @@
 #include <vector>
 
 #include "runtime/engine/trainer.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
 
 TrainConfig Demo() {
-  TrainConfig c;
-  c.model = "tiny";
-  c.data.format = "synthetic";
+  TrainConfig c = testing::TinyTrainConfig(/*steps=*/60);
   c.seq_len = 64;
   c.micro_batch_size = 4;
-  c.grad_accum = 1;
-  c.workers = 2;
-  c.steps = 60;
-  c.optimizer.lr = 3e-3;
   c.optimizer.warmup_steps = 5;
   c.optimizer.weight_decay = 0.01;
   return c;
@@ -91,7 +86,7 @@ TEST(TrainerLearning, CompactMomentsLearnTextAsWellAsFp32) {
     c.steps = kSteps;
     c.optimizer.lr = 1e-3;
     c.optimizer.warmup_steps = 30;
-    c.optimizer.state_dtype = dtype;
+    c.optimizer.state_dtype = *EnumFromName<MomentDtype>(dtype);
     auto trainer = Trainer::Create(c);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     std::string curve;
@@ -122,7 +117,7 @@ TEST(TrainerLearning, BadConfigNamesTheField) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("model"), std::string::npos) << t.status();
   c = Demo();
-  c.policy.grad_route = "teleport";
+  c.policy.grad_route = static_cast<GradRoute>(42);  // no such route
   t = Trainer::Create(c);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("grad_route"), std::string::npos) << t.status();

@@ -15,20 +15,14 @@
 #include "runtime/data/dataset.h"
 #include "runtime/engine/trainer.h"
 #include "tests/documents_dataset.h"
+#include "tests/test_support.h"
 
 namespace slidedp {
 namespace {
 
 TrainConfig Small() {
-  TrainConfig c;
-  c.model = "tiny";
-  c.data.format = "synthetic";
-  c.seq_len = 32;
-  c.micro_batch_size = 2;
+  TrainConfig c = testing::TinyTrainConfig(/*steps=*/5);
   c.grad_accum = 2;
-  c.workers = 2;
-  c.steps = 5;
-  c.optimizer.lr = 3e-3;
   c.policy.loss_chunk_tokens = 24;
   return c;
 }
@@ -88,7 +82,7 @@ TEST(TrainerEval, IntervalZeroEvaluatesAfterTheLastStepOnly) {
   TrainConfig c = Small();
   c.steps = 3;
   c.workers = 1;
-  c.policy.activations = "host";
+  c.policy.activations = ActivationPlacement::kHost;
   EvalOptions eval;
   eval.dataset = HeldOut(c);
   const TrainRun run = Train(c, std::move(eval));

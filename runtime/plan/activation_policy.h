@@ -26,7 +26,7 @@ ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& m
                                  int64_t device_memory);
 
 // The MLP tile alone, as ChooseActivations picks it for micro-batches of `rows`
-// sequences (the step-time model, runtime/plan/step_model.cc, predicts with it too).
+// sequences (the step-time model, step_model.cc, predicts with it too).
 int64_t ChooseMlpTile(const PolicyConfig& policy, int64_t rows, int64_t seq_len, int64_t ffn,
                       int64_t element_bytes);
 

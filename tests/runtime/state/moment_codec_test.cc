@@ -71,12 +71,9 @@ std::vector<Isa> VectorIsas() {
 
 TEST(MomentCodec, NamesAndBytes) {
   for (MomentDtype d : {MomentDtype::kFp32, MomentDtype::kBf16, MomentDtype::kInt8}) {
-    MomentDtype back;
-    ASSERT_TRUE(ParseMomentDtype(MomentDtypeName(d), &back));
-    EXPECT_EQ(back, d);
+    EXPECT_EQ(EnumFromName<MomentDtype>(NameOf(d)), d);
   }
-  MomentDtype unused;
-  EXPECT_FALSE(ParseMomentDtype("fp8", &unused));
+  EXPECT_FALSE(EnumFromName<MomentDtype>("fp8").has_value());
   EXPECT_EQ(MomentBytes(MomentDtype::kFp32, 1000), 8000);
   EXPECT_EQ(MomentBytes(MomentDtype::kBf16, 1000), 4000);
   EXPECT_EQ(MomentBytes(MomentDtype::kInt8, 1000), 2000 + 8 * 4);  // 4 blocks, 2 scales each
@@ -176,7 +173,7 @@ TEST(MomentCodec, VectorKernelsEqualTheScalarOneBitForBit) {
       std::vector<float> rm(n), rv(n);
       adamw_internal::DecodeMoments(Isa::kScalar, ref.view(), n, rm.data(), rv.data());
       for (Isa isa : isas) {
-        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " " << MomentDtypeName(d)
+        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " " << NameOf(d)
                                         << " n=" << n);
         Stored got(d, n);
         adamw_internal::EncodeMoments(isa, got.view(), n, m.data(), v.data());
@@ -234,7 +231,7 @@ TEST(MomentCodec, StoredUpdateEqualsItsReferenceForEveryThreadCount) {
                              ref.gp.data(), ref_state.view());
       }
       for (int threads : {1, 2, 3, 8}) {
-        SCOPED_TRACE(::testing::Message() << MomentDtypeName(d) << " bf16_grad=" << bf16_grad
+        SCOPED_TRACE(::testing::Message() << NameOf(d) << " bf16_grad=" << bf16_grad
                                         << " threads=" << threads);
         UpdateCase got = MakeCase(n, 7);
         Stored state(d, n);
