@@ -26,7 +26,7 @@ TEST_P(LandingFailure, ComesOutOfTheStepWithItsCode) {
   const auto [workers, grad_route, code] = GetParam();
   TrainConfig c = testing::TinyTrainConfig(2);
   c.workers = workers;
-  c.policy.grad_route = grad_route;
+  c.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   auto t = Trainer::Create(c);
   ASSERT_TRUE(t.ok()) << t.status();
   InjectLandingFailure(absl::Status(code, "injected landing failure"));

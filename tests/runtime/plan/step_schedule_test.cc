@@ -168,7 +168,7 @@ TEST(StepSchedule, TheStepModelReplaysItForLargeShapes) {
         PlanKnobs k;
         k.grad_accum = 4;
         k.policy.prefetch_depth = depth;
-        k.policy.activations = host ? "host" : "device";
+        k.policy.activations = host ? ActivationPlacement::kHost : ActivationPlacement::kDevice;
         const StepSchedule s(shape.num_units(), shape.tied, depth);
         EXPECT_EQ(ReplaySlotEvents(shape, job, k), s.Events(s.size())) << preset << " depth " << depth;
       }
