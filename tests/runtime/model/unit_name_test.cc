@@ -27,7 +27,7 @@ TEST(UnitName, CheckpointsOfTheOlderSpellingStillRead) {
   std::vector<std::vector<float>> buf(3, std::vector<float>(4, 1.5f));
   auto units = [&](std::vector<std::string> names) {
     std::vector<CheckpointUnit> u;
-    for (size_t i = 0; i < names.size(); ++i) u.push_back({names[i], 4, buf[i].data(), buf[i].data(), buf[i].data()});
+    for (size_t i = 0; i < names.size(); ++i) u.push_back({names[i], 4, buf[i].data(), Fp32Moments(buf[i].data(), buf[i].data())});
     return u;
   };
   CheckpointMeta meta;

@@ -105,7 +105,7 @@ TEST(StepModel, CpuUpdateBoundStepIsNamedCpuUpdate) {
 // and its host-memory load follow the job's optimizer.state_dtype.
 TEST(StepModel, UpdateRateFollowsTheMomentDtype) {
   TrainConfig c;
-  c.device = "cuda";
+  c.device = DeviceKind::kCuda;
   EXPECT_EQ(JobShapeOf(c).update_bytes_per_param, 28.0);
   c.optimizer.state_dtype = MomentDtype::kBf16;
   EXPECT_EQ(JobShapeOf(c).update_bytes_per_param, 20.0);
