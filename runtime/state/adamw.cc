@@ -123,31 +123,36 @@ void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t*
 namespace {
 
 // Elements [b, e) of an AdamWUpdateStored call with kernel `isa`; b is a multiple of
-// kTile (so of kMomentBlock) and e - b at most kTile.
+// kTile (so of kMomentBlock) and e - b at most kTile. Worked in pieces of kPiece elements
+// (whole quantization blocks) so that the fp32 gradient, m and v of a piece stay in L1
+// from the decode through the update to the encode.
+constexpr int64_t kPiece = 4 * kMomentBlock;
+static_assert(kTile % kPiece == 0, "a tile holds whole pieces");
+
 void StoredTile(Isa isa, const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t b,
                 int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv) {
-  alignas(64) float g[kTile];
-  alignas(64) float m[kTile];
-  alignas(64) float v[kTile];
-  const int64_t len = e - b;
-  const float* gt = grad + b;
-  if (grad == nullptr) {
-    for (int64_t i = 0; i < len; ++i) g[i] = WidenBf16(gp[b + i]);
-    gt = g;
-  }
-  const MomentView tile = OffsetMoments(mv, b);
-  adamw_internal::DecodeMoments(isa, tile, len, m, v);
+  alignas(64) float g[kPiece];
+  alignas(64) float m[kPiece];
+  alignas(64) float v[kPiece];
   AdamWHyper hs = h;
-  for (const DecaySpan& s : spans) {
-    const int64_t sb = std::max(s.begin, b), se = std::min(s.end, e);
-    if (se <= sb) continue;
-    hs.weight_decay = s.weight_decay;
-    const Coeffs c = adamw_internal::MakeCoeffs(hs);
-    adamw_internal::AdamWTile(isa, c, se - sb, param + sb, gt + (sb - b), m + (sb - b), v + (sb - b));
-  }
-  adamw_internal::EncodeMoments(isa, tile, len, m, v);
-  if (grad == nullptr) {
-    for (int64_t i = 0; i < len; ++i) gp[b + i] = Bf16Bits(param[b + i]);
+  for (int64_t pb = b; pb < e; pb += kPiece) {
+    const int64_t pe = std::min(e, pb + kPiece), len = pe - pb;
+    const float* gt = grad + pb;
+    if (grad == nullptr) {
+      adamw_internal::WidenBf16(isa, gp + pb, len, g);
+      gt = g;
+    }
+    const MomentView piece = OffsetMoments(mv, pb);
+    adamw_internal::DecodeMoments(isa, piece, len, m, v);
+    for (const DecaySpan& s : spans) {
+      const int64_t sb = std::max(s.begin, pb), se = std::min(s.end, pe);
+      if (se <= sb) continue;
+      hs.weight_decay = s.weight_decay;
+      const Coeffs c = adamw_internal::MakeCoeffs(hs);
+      adamw_internal::AdamWTile(isa, c, se - sb, param + sb, gt + (sb - pb), m + (sb - pb), v + (sb - pb));
+    }
+    adamw_internal::EncodeMoments(isa, piece, len, m, v);
+    if (grad == nullptr) adamw_internal::NarrowBf16(isa, param + pb, len, gp + pb);
   }
 }
 

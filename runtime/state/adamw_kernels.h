@@ -74,6 +74,11 @@ double SumSquaresTile(Isa isa, const float* x, int64_t n);
 // The stored moments (moment_codec.h) of elements [0, n) of `mv` into fp32 `m` and `v`
 // with kernel `isa` (moment_codec.cc). Requires IsaSupported(isa).
 void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v);
+// bf16 bits -> fp32 (exact), and fp32 -> bf16 rounded to nearest even (NaN: 0x7FC0, as
+// LibTorch converts), n elements, with kernel `isa` (moment_codec.cc).
+void WidenBf16(Isa isa, const uint16_t* in, int64_t n, float* out);
+void NarrowBf16(Isa isa, const float* in, int64_t n, uint16_t* out);
+
 // fp32 `m` and `v` [0, n) into the storage of `mv` (int8: the blocks' scales too; the
 // last block may be partial).
 void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v);

@@ -132,8 +132,8 @@ constexpr int kVBits = 4;  // v: e4m4 of sqrt(v / absmax)
 
 }  // namespace
 
-int8_t EncodeSigned8(float x, float absmax) {
-  const int c = static_cast<int>(EncodeUnitFloat<kMBits>(std::fabs(x) / absmax));
+int8_t EncodeSigned8(float x, float inv_absmax) {
+  const int c = static_cast<int>(EncodeUnitFloat<kMBits>(std::fabs(x) * inv_absmax));
   return static_cast<int8_t>(x < 0.0f ? -c : c);
 }
 
@@ -142,8 +142,8 @@ float DecodeSigned8(int8_t q, float absmax) {
   return q < 0 ? -val : val;
 }
 
-uint8_t EncodeUnsigned8(float x, float absmax) {
-  const float r = std::sqrt(x / absmax);
+uint8_t EncodeUnsigned8(float x, float inv_absmax) {
+  const float r = std::sqrt(x * inv_absmax);
   uint32_t c = EncodeUnitFloat<kVBits>(r);
   if (c == 0 && r > 0.0f) c = 1;  // a nonzero v stays nonzero: the update divides by it
   return static_cast<uint8_t>(c);
@@ -204,11 +204,12 @@ void EncodeScalar(const MomentView& mv, int64_t n, const float* m, const float* 
       for (int64_t b = 0; b < n; b += kMomentBlock) {
         const int64_t len = std::min(kMomentBlock, n - b);
         const float sm = AbsMax(m + b, len), sv = AbsMax(v + b, len);
+        const float im = 1.0f / sm, iv = 1.0f / sv;  // 0: inf, and the codes 0 (NaN -> 0)
         mv.m_scale[b / kMomentBlock] = sm;
         mv.v_scale[b / kMomentBlock] = sv;
         for (int64_t i = b; i < b + len; ++i) {
-          qm[i] = EncodeSigned8(m[i], sm);
-          qv[i] = EncodeUnsigned8(v[i], sv);
+          qm[i] = EncodeSigned8(m[i], im);
+          qv[i] = EncodeUnsigned8(v[i], iv);
         }
       }
       return;
@@ -282,6 +283,18 @@ SLIDEDP_AVX512 inline __m512 DecodeUnitFloat512(__m512i c) {
   return _mm512_mask_mov_ps(fn, small, fs);
 }
 
+SLIDEDP_AVX512 void WidenBf16Avx512(const uint16_t* in, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, WidenBf16x16(in + i));
+  for (; i < n; ++i) out[i] = WidenBf16(in[i]);
+}
+
+SLIDEDP_AVX512 void NarrowBf16Avx512(const float* in, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) StoreBf16x16(out + i, _mm512_loadu_ps(in + i));
+  for (; i < n; ++i) out[i] = Bf16Bits(in[i]);
+}
+
 SLIDEDP_AVX512 void DecodeAvx512(const MomentView& mv, int64_t n, float* m, float* v) {
   if (mv.dtype == MomentDtype::kFp32) return DecodeScalar(mv, n, m, v);
   int64_t i = 0;
@@ -340,24 +353,25 @@ SLIDEDP_AVX512 void EncodeAvx512(const MomentView& mv, int64_t n, const float* m
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax512(m + b, len), sv = AbsMax512(v + b, len);
+    const float im = 1.0f / sm, iv = 1.0f / sv;
     mv.m_scale[b / kMomentBlock] = sm;
     mv.v_scale[b / kMomentBlock] = sv;
-    const __m512 vsm = _mm512_set1_ps(sm), vsv = _mm512_set1_ps(sv);
+    const __m512 vim = _mm512_set1_ps(im), viv = _mm512_set1_ps(iv);
     int64_t i = b;
     for (; i + 16 <= b + len; i += 16) {
       const __m512 xm = _mm512_loadu_ps(m + i);
-      __m512i cm = EncodeUnitFloat512<kMBits>(_mm512_div_ps(Abs512(xm), vsm));
+      __m512i cm = EncodeUnitFloat512<kMBits>(_mm512_mul_ps(Abs512(xm), vim));
       const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
       cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
-      const __m512 r = _mm512_maskz_sqrt_ps(kAll16, _mm512_div_ps(_mm512_loadu_ps(v + i), vsv));
+      const __m512 r = _mm512_maskz_sqrt_ps(kAll16, _mm512_mul_ps(_mm512_loadu_ps(v + i), viv));
       const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
       const __m512i cv = _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, EncodeUnitFloat512<kVBits>(r), one);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, cv));
     }
     for (; i < b + len; ++i) {
-      qm[i] = EncodeSigned8(m[i], sm);
-      qv[i] = EncodeUnsigned8(v[i], sv);
+      qm[i] = EncodeSigned8(m[i], im);
+      qv[i] = EncodeUnsigned8(v[i], iv);
     }
   }
 }
@@ -455,17 +469,18 @@ SLIDEDP_AVX2 void EncodeAvx2(const MomentView& mv, int64_t n, const float* m, co
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax256(m + b, len), sv = AbsMax256(v + b, len);
+    const float im = 1.0f / sm, iv = 1.0f / sv;
     mv.m_scale[b / kMomentBlock] = sm;
     mv.v_scale[b / kMomentBlock] = sv;
-    const __m256 vsm = _mm256_set1_ps(sm), vsv = _mm256_set1_ps(sv);
+    const __m256 vim = _mm256_set1_ps(im), viv = _mm256_set1_ps(iv);
     int64_t i = b;
     for (; i + 8 <= b + len; i += 8) {
       const __m256 xm = _mm256_loadu_ps(m + i);
-      __m256i c = EncodeUnitFloat256<kMBits>(_mm256_div_ps(Abs256(xm), vsm));
+      __m256i c = EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim));
       const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
       c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cm), c);
-      const __m256 r = _mm256_sqrt_ps(_mm256_div_ps(_mm256_loadu_ps(v + i), vsv));
+      const __m256 r = _mm256_sqrt_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), viv));
       const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
       const __m256i cvv = _mm256_and_si256(_mm256_max_epi32(EncodeUnitFloat256<kVBits>(r), one), pos);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cv), cvv);
@@ -475,8 +490,8 @@ SLIDEDP_AVX2 void EncodeAvx2(const MomentView& mv, int64_t n, const float* m, co
       }
     }
     for (; i < b + len; ++i) {
-      qm[i] = EncodeSigned8(m[i], sm);
-      qv[i] = EncodeUnsigned8(v[i], sv);
+      qm[i] = EncodeSigned8(m[i], im);
+      qv[i] = EncodeUnsigned8(v[i], iv);
     }
   }
 }
@@ -484,6 +499,28 @@ SLIDEDP_AVX2 void EncodeAvx2(const MomentView& mv, int64_t n, const float* m, co
 #endif  // SLIDEDP_X86_KERNELS
 
 }  // namespace
+
+void WidenBf16(Isa isa, const uint16_t* in, int64_t n, float* out) {
+  int64_t i = 0;
+#ifdef SLIDEDP_X86_KERNELS
+  if (isa == Isa::kAvx512) {
+    WidenBf16Avx512(in, n, out);
+    return;
+  }
+#endif
+  for (; i < n; ++i) out[i] = WidenBf16(in[i]);
+}
+
+void NarrowBf16(Isa isa, const float* in, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+#ifdef SLIDEDP_X86_KERNELS
+  if (isa == Isa::kAvx512) {
+    NarrowBf16Avx512(in, n, out);
+    return;
+  }
+#endif
+  for (; i < n; ++i) out[i] = Bf16Bits(in[i]);
+}
 
 void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v) {
   switch (isa) {

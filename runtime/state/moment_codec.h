@@ -73,10 +73,11 @@ std::vector<MomentBuffer> MomentBuffers(const MomentView& mv, int64_t n);
 
 namespace adamw_internal {
 
-// The single values, for tests and the reference: one 8-bit code and back.
-int8_t EncodeSigned8(float x, float absmax);
+// The single values, for tests and the reference: one 8-bit code (given the reciprocal
+// of the block's scale, 1.0f / absmax, which every kernel multiplies by) and back.
+int8_t EncodeSigned8(float x, float inv_absmax);
 float DecodeSigned8(int8_t q, float absmax);
-uint8_t EncodeUnsigned8(float x, float absmax);
+uint8_t EncodeUnsigned8(float x, float inv_absmax);
 float DecodeUnsigned8(uint8_t q, float absmax);
 
 }  // namespace adamw_internal
