@@ -129,12 +129,22 @@ namespace {
 constexpr int64_t kPiece = 4 * kMomentBlock;
 static_assert(kTile % kPiece == 0, "a tile holds whole pieces");
 
-void StoredTile(Isa isa, const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t b,
+// Each span's coefficients (MakeCoeffs, two pow() calls), computed once per call.
+std::vector<Coeffs> SpanCoeffs(const AdamWHyper& h, const std::vector<DecaySpan>& spans) {
+  std::vector<Coeffs> out;
+  AdamWHyper hs = h;
+  for (const DecaySpan& s : spans) {
+    hs.weight_decay = s.weight_decay;
+    out.push_back(adamw_internal::MakeCoeffs(hs));
+  }
+  return out;
+}
+
+void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
                 int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv) {
   alignas(64) float g[kPiece];
   alignas(64) float m[kPiece];
   alignas(64) float v[kPiece];
-  AdamWHyper hs = h;
   for (int64_t pb = b; pb < e; pb += kPiece) {
     const int64_t pe = std::min(e, pb + kPiece), len = pe - pb;
     const float* gt = grad + pb;
@@ -144,12 +154,10 @@ void StoredTile(Isa isa, const AdamWHyper& h, const std::vector<DecaySpan>& span
     }
     const MomentView piece = OffsetMoments(mv, pb);
     adamw_internal::DecodeMoments(isa, piece, len, m, v);
-    for (const DecaySpan& s : spans) {
-      const int64_t sb = std::max(s.begin, pb), se = std::min(s.end, pe);
+    for (size_t k = 0; k < spans.size(); ++k) {
+      const int64_t sb = std::max(spans[k].begin, pb), se = std::min(spans[k].end, pe);
       if (se <= sb) continue;
-      hs.weight_decay = s.weight_decay;
-      const Coeffs c = adamw_internal::MakeCoeffs(hs);
-      adamw_internal::AdamWTile(isa, c, se - sb, param + sb, gt + (sb - pb), m + (sb - pb), v + (sb - pb));
+      adamw_internal::AdamWTile(isa, coeffs[k], se - sb, param + sb, gt + (sb - pb), m + (sb - pb), v + (sb - pb));
     }
     adamw_internal::EncodeMoments(isa, piece, len, m, v);
     if (grad == nullptr) adamw_internal::NarrowBf16(isa, param + pb, len, gp + pb);
@@ -162,15 +170,17 @@ void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans,
                        float* param, const float* grad, uint16_t* gp, const MomentView& moments,
                        int threads) {
   const Isa isa = BestIsa();
+  const std::vector<Coeffs> coeffs = SpanCoeffs(h, spans);
   ForEachTile(n, ResolveThreads(threads), [&](int64_t b, int64_t e) {
-    StoredTile(isa, h, spans, b, e, param, grad, gp, moments);
+    StoredTile(isa, spans, coeffs, b, e, param, grad, gp, moments);
   });
 }
 
 void AdamWStoredReference(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
                           float* param, const float* grad, uint16_t* gp, const MomentView& moments) {
+  const std::vector<Coeffs> coeffs = SpanCoeffs(h, spans);
   for (int64_t b = 0; b < n; b += kTile) {
-    StoredTile(Isa::kScalar, h, spans, b, std::min(n, b + kTile), param, grad, gp, moments);
+    StoredTile(Isa::kScalar, spans, coeffs, b, std::min(n, b + kTile), param, grad, gp, moments);
   }
 }
 

@@ -263,15 +263,18 @@ SLIDEDP_AVX512 inline __m512i EncodeUnitFloat512(__m512 x) {
   constexpr int s = 23 - K;
   const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);  // NaN: false
   const __mmask16 small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kSmallestNormal), _CMP_LT_OQ);
-  const __m512 scaled = _mm512_mul_ps(x, _mm512_set1_ps(kSubnormalScale<K>));
-  const __m512i cs = _mm512_maskz_cvttps_epi32(
-      kAll16, _mm512_maskz_roundscale_ps(kAll16, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   const __m512i u = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, u, s), _mm512_set1_epi32(1));
   const __m512i r = _mm512_maskz_srli_epi32(
       kAll16, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32((1 << (s - 1)) - 1)), lsb), s);
-  const __m512i cn = _mm512_sub_epi32(r, _mm512_set1_epi32(static_cast<int>(kExpOffset << K)));
-  return _mm512_maskz_mov_epi32(pos, _mm512_mask_mov_epi32(cn, small, cs));
+  __m512i c = _mm512_sub_epi32(r, _mm512_set1_epi32(static_cast<int>(kExpOffset << K)));
+  if (small & pos) {  // subnormal lanes are rare: their path only when there are some
+    const __m512 scaled = _mm512_mul_ps(x, _mm512_set1_ps(kSubnormalScale<K>));
+    const __m512i cs = _mm512_maskz_cvttps_epi32(
+        kAll16, _mm512_maskz_roundscale_ps(kAll16, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    c = _mm512_mask_mov_epi32(c, small, cs);
+  }
+  return _mm512_maskz_mov_epi32(pos, c);
 }
 
 template <int K>
