@@ -7,7 +7,7 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab (issue 19's A/B against .deps/ref.tar) adamw moments4
-# (issue 22's moment dtypes) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
+# moments7b (issue 22's moment dtypes) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
@@ -131,6 +131,9 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     adamw) TAILN=30 step adamw 150 build-gpu/tests/bench/adamw_bench 256M ;;
     moments4) TAILN=8 step moments4 200 bash -c '
            for d in fp32 bf16 int8; do '"$SB"' --micro_batch_size=1 --grad_accum=4 --state_dtype=$d | grep -E "mean of|setup"; done' ;;
+    moments7b) TAILN=8 step moments7b 260 bash -c '
+           for d in fp32 int8; do '"$B"'/step_bench --model=qwen2.5-7b --steps=3 --prefetch=2 --micro_batch_size=1 --grad_accum=4 \
+             --state_dtype=$d | grep -E "mean of|setup"; done' ;;
     bench7b) TAILN=8 step bench7b 300 $B/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=4 --steps=3 --prefetch=2 ;;
     plain) step plain 90 python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 ;;
     fsdp2) step fsdp2 120 python3 tests/bench/torch_baseline.py --mode fsdp2_offload --shape qwen2.5-3b --batch 4 --seq 4096 ;;
