@@ -86,25 +86,7 @@ void AdamWUpdate(const AdamWHyper& h, int64_t n, float* param, const float* grad
   });
 }
 
-namespace {
-
-// Inline here for the update's hot loop (safetensors.h has out-of-line versions):
-// fp32 -> bf16 rounding to nearest even as LibTorch does (NaN -> 0x7FC0), and back.
-inline uint16_t Bf16Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-inline float WidenBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
-}  // namespace
+ // namespace
 
 void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t* gp, float* m,
                          float* v, int threads) {
@@ -114,9 +96,9 @@ void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t*
     // One tile: widen the gradient into a cache-resident buffer, update, narrow back.
     alignas(64) float g[kTile];
     const int64_t len = e - b;
-    for (int64_t i = 0; i < len; ++i) g[i] = WidenBf16(gp[b + i]);
+    for (int64_t i = 0; i < len; ++i) g[i] = adamw_internal::WidenBf16(gp[b + i]);
     adamw_internal::AdamWTile(isa, c, len, param + b, g, m + b, v + b);
-    for (int64_t i = 0; i < len; ++i) gp[b + i] = Bf16Bits(param[b + i]);
+    for (int64_t i = 0; i < len; ++i) gp[b + i] = adamw_internal::Bf16Bits(param[b + i]);
   });
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "runtime/state/adamw.h"
 
@@ -60,6 +61,22 @@ inline void AdamWElement(const Coeffs& c, float* p, float g_raw, float* m, float
   *p = decayed + (c.neg_step_size * m_new) / denom;
   *m = m_new;
   *v = v_new;
+}
+
+// Inline for the update's hot loops (safetensors.h has out-of-line versions): fp32 ->
+// bf16 rounding to nearest even as LibTorch does (NaN -> 0x7FC0), and back.
+inline uint16_t Bf16Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float WidenBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
 }
 
 // AdamW over elements [0, n) of the given buffers with kernel `isa`.

@@ -65,20 +65,6 @@ namespace adamw_internal {
 
 namespace {
 
-inline uint16_t Bf16Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-inline float WidenBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
 inline float AbsMax(const float* x, int64_t n) {
   float mx = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
