@@ -86,8 +86,6 @@ void AdamWUpdate(const AdamWHyper& h, int64_t n, float* param, const float* grad
   });
 }
 
- // namespace
-
 void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t* gp, float* m,
                          float* v, int threads) {
   const Coeffs c = adamw_internal::MakeCoeffs(h);
