@@ -142,63 +142,28 @@ float DecodeUnsigned8(uint8_t q, float absmax) {
 
 namespace {
 
-void DecodeScalar(const MomentView& mv, int64_t n, float* m, float* v) {
-  switch (mv.dtype) {
-    case MomentDtype::kFp32:
-      std::memcpy(m, mv.m, n * sizeof(float));
-      std::memcpy(v, mv.v, n * sizeof(float));
-      return;
-    case MomentDtype::kBf16: {
-      const auto* qm = static_cast<const uint16_t*>(mv.m);
-      const auto* qv = static_cast<const uint16_t*>(mv.v);
-      for (int64_t i = 0; i < n; ++i) {
-        m[i] = WidenBf16(qm[i]);
-        v[i] = WidenBf16(qv[i]);
-      }
-      return;
-    }
-    case MomentDtype::kInt8: {
-      const auto* qm = static_cast<const int8_t*>(mv.m);
-      const auto* qv = static_cast<const uint8_t*>(mv.v);
-      for (int64_t i = 0; i < n; ++i) {
-        m[i] = DecodeSigned8(qm[i], mv.m_scale[i / kMomentBlock]);
-        v[i] = DecodeUnsigned8(qv[i], mv.v_scale[i / kMomentBlock]);
-      }
-      return;
-    }
+// The int8 kernels; DecodeMoments and EncodeMoments below route fp32 and bf16.
+void DecodeInt8Scalar(const MomentView& mv, int64_t n, float* m, float* v) {
+  const auto* qm = static_cast<const int8_t*>(mv.m);
+  const auto* qv = static_cast<const uint8_t*>(mv.v);
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = DecodeSigned8(qm[i], mv.m_scale[i / kMomentBlock]);
+    v[i] = DecodeUnsigned8(qv[i], mv.v_scale[i / kMomentBlock]);
   }
 }
 
-void EncodeScalar(const MomentView& mv, int64_t n, const float* m, const float* v) {
-  switch (mv.dtype) {
-    case MomentDtype::kFp32:
-      std::memcpy(mv.m, m, n * sizeof(float));
-      std::memcpy(mv.v, v, n * sizeof(float));
-      return;
-    case MomentDtype::kBf16: {
-      auto* qm = static_cast<uint16_t*>(mv.m);
-      auto* qv = static_cast<uint16_t*>(mv.v);
-      for (int64_t i = 0; i < n; ++i) {
-        qm[i] = Bf16Bits(m[i]);
-        qv[i] = Bf16Bits(v[i]);
-      }
-      return;
-    }
-    case MomentDtype::kInt8: {
-      auto* qm = static_cast<int8_t*>(mv.m);
-      auto* qv = static_cast<uint8_t*>(mv.v);
-      for (int64_t b = 0; b < n; b += kMomentBlock) {
-        const int64_t len = std::min(kMomentBlock, n - b);
-        const float sm = AbsMax(m + b, len), sv = AbsMax(v + b, len);
-        const float im = 1.0f / sm, iv = 1.0f / sv;  // 0: inf, and the codes 0 (NaN -> 0)
-        mv.m_scale[b / kMomentBlock] = sm;
-        mv.v_scale[b / kMomentBlock] = sv;
-        for (int64_t i = b; i < b + len; ++i) {
-          qm[i] = EncodeSigned8(m[i], im);
-          qv[i] = EncodeUnsigned8(v[i], iv);
-        }
-      }
-      return;
+void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const float* v) {
+  auto* qm = static_cast<int8_t*>(mv.m);
+  auto* qv = static_cast<uint8_t*>(mv.v);
+  for (int64_t b = 0; b < n; b += kMomentBlock) {
+    const int64_t len = std::min(kMomentBlock, n - b);
+    const float sm = AbsMax(m + b, len), sv = AbsMax(v + b, len);
+    const float im = 1.0f / sm, iv = 1.0f / sv;  // 0: inf, and the codes 0 (NaN -> 0)
+    mv.m_scale[b / kMomentBlock] = sm;
+    mv.v_scale[b / kMomentBlock] = sv;
+    for (int64_t i = b; i < b + len; ++i) {
+      qm[i] = EncodeSigned8(m[i], im);
+      qv[i] = EncodeUnsigned8(v[i], iv);
     }
   }
 }
@@ -284,58 +249,29 @@ SLIDEDP_AVX512 void NarrowBf16Avx512(const float* in, int64_t n, uint16_t* out) 
   for (; i < n; ++i) out[i] = Bf16Bits(in[i]);
 }
 
-SLIDEDP_AVX512 void DecodeAvx512(const MomentView& mv, int64_t n, float* m, float* v) {
-  if (mv.dtype == MomentDtype::kFp32) return DecodeScalar(mv, n, m, v);
+SLIDEDP_AVX512 void DecodeInt8Avx512(const MomentView& mv, int64_t n, float* m, float* v) {
+  const auto* qm = static_cast<const int8_t*>(mv.m);
+  const auto* qv = static_cast<const uint8_t*>(mv.v);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   int64_t i = 0;
-  if (mv.dtype == MomentDtype::kBf16) {
-    const auto* qm = static_cast<const uint16_t*>(mv.m);
-    const auto* qv = static_cast<const uint16_t*>(mv.v);
-    for (; i + 16 <= n; i += 16) {
-      _mm512_storeu_ps(m + i, WidenBf16x16(qm + i));
-      _mm512_storeu_ps(v + i, WidenBf16x16(qv + i));
-    }
-  } else {
-    const auto* qm = static_cast<const int8_t*>(mv.m);
-    const auto* qv = static_cast<const uint8_t*>(mv.v);
-    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-    for (; i + 16 <= n; i += 16) {  // 16 divides the block: one scale per vector
-      const __m512 sm = _mm512_set1_ps(mv.m_scale[i / kMomentBlock]);
-      const __m512 sv = _mm512_set1_ps(mv.v_scale[i / kMomentBlock]);
-      const __m512i cm = _mm512_maskz_cvtepi8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qm + i)));
-      const __m512 valm = _mm512_mul_ps(DecodeUnitFloat512<kMBits>(_mm512_maskz_abs_epi32(kAll16, cm)), sm);
-      const __m512i sgn = _mm512_and_si512(cm, sign);  // negative codes: negative values
-      _mm512_storeu_ps(m + i, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(valm), sgn)));
-      const __m512i cv = _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + i)));
-      const __m512 r = DecodeUnitFloat512<kVBits>(cv);
-      _mm512_storeu_ps(v + i, _mm512_mul_ps(_mm512_mul_ps(r, r), sv));
-    }
+  for (; i + 16 <= n; i += 16) {  // 16 divides the block: one scale per vector
+    const __m512 sm = _mm512_set1_ps(mv.m_scale[i / kMomentBlock]);
+    const __m512 sv = _mm512_set1_ps(mv.v_scale[i / kMomentBlock]);
+    const __m512i cm = _mm512_maskz_cvtepi8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qm + i)));
+    const __m512 valm = _mm512_mul_ps(DecodeUnitFloat512<kMBits>(_mm512_maskz_abs_epi32(kAll16, cm)), sm);
+    const __m512i sgn = _mm512_and_si512(cm, sign);  // negative codes: negative values
+    _mm512_storeu_ps(m + i, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(valm), sgn)));
+    const __m512i cv = _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + i)));
+    const __m512 r = DecodeUnitFloat512<kVBits>(cv);
+    _mm512_storeu_ps(v + i, _mm512_mul_ps(_mm512_mul_ps(r, r), sv));
   }
   for (; i < n; ++i) {  // the remainder, element by element with the scalar functions
-    if (mv.dtype == MomentDtype::kBf16) {
-      m[i] = WidenBf16(static_cast<const uint16_t*>(mv.m)[i]);
-      v[i] = WidenBf16(static_cast<const uint16_t*>(mv.v)[i]);
-    } else {
-      m[i] = DecodeSigned8(static_cast<const int8_t*>(mv.m)[i], mv.m_scale[i / kMomentBlock]);
-      v[i] = DecodeUnsigned8(static_cast<const uint8_t*>(mv.v)[i], mv.v_scale[i / kMomentBlock]);
-    }
+    m[i] = DecodeSigned8(qm[i], mv.m_scale[i / kMomentBlock]);
+    v[i] = DecodeUnsigned8(qv[i], mv.v_scale[i / kMomentBlock]);
   }
 }
 
-SLIDEDP_AVX512 void EncodeAvx512(const MomentView& mv, int64_t n, const float* m, const float* v) {
-  if (mv.dtype == MomentDtype::kFp32) return EncodeScalar(mv, n, m, v);
-  if (mv.dtype == MomentDtype::kBf16) {
-    auto* qm = static_cast<uint16_t*>(mv.m);
-    auto* qv = static_cast<uint16_t*>(mv.v);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      StoreBf16x16(qm + i, _mm512_loadu_ps(m + i));
-      StoreBf16x16(qv + i, _mm512_loadu_ps(v + i));
-    }
-    MomentView rest = mv;
-    rest.m = qm + i;
-    rest.v = qv + i;
-    return EncodeScalar(rest, n - i, m + i, v + i);
-  }
+SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const float* m, const float* v) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
   const __m512i one = _mm512_set1_epi32(1);
@@ -413,22 +349,14 @@ SLIDEDP_AVX2 inline __m256 DecodeUnitFloat256(__m256i c) {
   return _mm256_blendv_ps(fn, fs, small);
 }
 
-SLIDEDP_AVX2 void DecodeAvx2(const MomentView& mv, int64_t n, float* m, float* v) {
-  if (mv.dtype == MomentDtype::kFp32) return DecodeScalar(mv, n, m, v);
+SLIDEDP_AVX2 void WidenBf16Avx2(const uint16_t* in, int64_t n, float* out) {
   int64_t i = 0;
-  if (mv.dtype == MomentDtype::kBf16) {
-    const auto* qm = static_cast<const uint16_t*>(mv.m);
-    const auto* qv = static_cast<const uint16_t*>(mv.v);
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(m + i, WidenBf16x8(qm + i));
-      _mm256_storeu_ps(v + i, WidenBf16x8(qv + i));
-    }
-    for (; i < n; ++i) {
-      m[i] = WidenBf16(qm[i]);
-      v[i] = WidenBf16(qv[i]);
-    }
-    return;
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, WidenBf16x8(in + i));
+  for (; i < n; ++i) out[i] = WidenBf16(in[i]);
+}
+
+SLIDEDP_AVX2 void DecodeInt8Avx2(const MomentView& mv, int64_t n, float* m, float* v) {
+  int64_t i = 0;
   const auto* qm = static_cast<const int8_t*>(mv.m);
   const auto* qv = static_cast<const uint8_t*>(mv.v);
   const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
@@ -449,8 +377,7 @@ SLIDEDP_AVX2 void DecodeAvx2(const MomentView& mv, int64_t n, float* m, float* v
   }
 }
 
-SLIDEDP_AVX2 void EncodeAvx2(const MomentView& mv, int64_t n, const float* m, const float* v) {
-  if (mv.dtype != MomentDtype::kInt8) return EncodeScalar(mv, n, m, v);  // bf16: the loop vectorizes
+SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m, const float* v) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
   const __m256i one = _mm256_set1_epi32(1);
@@ -490,50 +417,68 @@ SLIDEDP_AVX2 void EncodeAvx2(const MomentView& mv, int64_t n, const float* m, co
 }  // namespace
 
 void WidenBf16(Isa isa, const uint16_t* in, int64_t n, float* out) {
-  int64_t i = 0;
-#ifdef SLIDEDP_X86_KERNELS
-  if (isa == Isa::kAvx512) {
-    WidenBf16Avx512(in, n, out);
-    return;
-  }
-#endif
-  for (; i < n; ++i) out[i] = WidenBf16(in[i]);
-}
-
-void NarrowBf16(Isa isa, const float* in, int64_t n, uint16_t* out) {
-  int64_t i = 0;
-#ifdef SLIDEDP_X86_KERNELS
-  if (isa == Isa::kAvx512) {
-    NarrowBf16Avx512(in, n, out);
-    return;
-  }
-#endif
-  for (; i < n; ++i) out[i] = Bf16Bits(in[i]);
-}
-
-void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v) {
   switch (isa) {
 #ifdef SLIDEDP_X86_KERNELS
     case Isa::kAvx512:
-      return DecodeAvx512(mv, n, m, v);
+      return WidenBf16Avx512(in, n, out);
     case Isa::kAvx2:
-      return DecodeAvx2(mv, n, m, v);
+      return WidenBf16Avx2(in, n, out);
 #endif
     default:
-      return DecodeScalar(mv, n, m, v);
+      for (int64_t i = 0; i < n; ++i) out[i] = WidenBf16(in[i]);
+  }
+}
+
+void NarrowBf16(Isa isa, const float* in, int64_t n, uint16_t* out) {
+#ifdef SLIDEDP_X86_KERNELS
+  if (isa == Isa::kAvx512) return NarrowBf16Avx512(in, n, out);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = Bf16Bits(in[i]);  // AVX2: the loop vectorizes
+}
+
+void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v) {
+  if (mv.dtype == MomentDtype::kFp32) {
+    std::memcpy(m, mv.m, n * sizeof(float));
+    std::memcpy(v, mv.v, n * sizeof(float));
+    return;
+  }
+  if (mv.dtype == MomentDtype::kBf16) {
+    WidenBf16(isa, static_cast<const uint16_t*>(mv.m), n, m);
+    WidenBf16(isa, static_cast<const uint16_t*>(mv.v), n, v);
+    return;
+  }
+  switch (isa) {
+#ifdef SLIDEDP_X86_KERNELS
+    case Isa::kAvx512:
+      return DecodeInt8Avx512(mv, n, m, v);
+    case Isa::kAvx2:
+      return DecodeInt8Avx2(mv, n, m, v);
+#endif
+    default:
+      return DecodeInt8Scalar(mv, n, m, v);
   }
 }
 
 void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v) {
+  if (mv.dtype == MomentDtype::kFp32) {
+    std::memcpy(mv.m, m, n * sizeof(float));
+    std::memcpy(mv.v, v, n * sizeof(float));
+    return;
+  }
+  if (mv.dtype == MomentDtype::kBf16) {
+    NarrowBf16(isa, m, n, static_cast<uint16_t*>(mv.m));
+    NarrowBf16(isa, v, n, static_cast<uint16_t*>(mv.v));
+    return;
+  }
   switch (isa) {
 #ifdef SLIDEDP_X86_KERNELS
     case Isa::kAvx512:
-      return EncodeAvx512(mv, n, m, v);
+      return EncodeInt8Avx512(mv, n, m, v);
     case Isa::kAvx2:
-      return EncodeAvx2(mv, n, m, v);
+      return EncodeInt8Avx2(mv, n, m, v);
 #endif
     default:
-      return EncodeScalar(mv, n, m, v);
+      return EncodeInt8Scalar(mv, n, m, v);
   }
 }
 
