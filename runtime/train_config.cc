@@ -180,6 +180,8 @@ std::string Decode(const YAML::Node& n, std::string* out) {
     return "";
   }
   if (!n.IsScalar()) return "must be a string, got " + Describe(n);
+  // Strings go on into JSON, the API's protobuf and messages, which all need UTF-8.
+  if (!IsValidUtf8(n.Scalar())) return "must be UTF-8 text, got " + Describe(n);
   *out = n.Scalar();
   return "";
 }
