@@ -142,9 +142,14 @@ std::string FormatNode(const v1::NodeInfo& node) {
 namespace {
 
 std::string KnobsText(const v1::PlanKnobs& k) {
-  return absl::StrFormat("%d x %d micro-batches, prefetch %d, activations %s, %s/%s, loss chunk %d", k.micro_batch_size(),
-                         k.grad_accum(), k.prefetch_depth(), k.activations(), k.param_route(), k.grad_route(),
-                         k.loss_chunk_tokens());
+  std::string text = absl::StrFormat("%d x %d micro-batches, prefetch %d, activations %s, %s/%s, loss chunk %d",
+                                     k.micro_batch_size(), k.grad_accum(), k.prefetch_depth(), k.activations(),
+                                     k.param_route(), k.grad_route(), k.loss_chunk_tokens());
+  // The blocks whose backward does not recompute their forward.
+  if (k.kept_blocks() >= 0 && k.blocks() > 0) {
+    absl::StrAppend(&text, absl::StrFormat(", %d of %d blocks kept", std::min(k.kept_blocks(), k.blocks()), k.blocks()));
+  }
+  return text;
 }
 
 double SecondsOf(const google::protobuf::RepeatedPtrField<v1::ResourceTime>& times, const std::string& resource) {

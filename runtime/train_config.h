@@ -76,6 +76,13 @@ struct PolicyConfig {
   // tensors of a block; tiles are recomputed in backward). 0: the whole sequence while
   // one intermediate fits in 1 GiB, else the tile that does (AutoMlpTile).
   int64_t mlp_tile_tokens = 0;
+  // Decoder blocks that keep what their backward needs from forward to backward instead
+  // of recomputing their forward there: the last ones (their backward comes first, so
+  // their activations are freed first). -1: auto, as many as the GPU memory budget
+  // leaves room for (runtime/plan/activation_policy.h's KeptBlocks; none on the cpu
+  // device, whose activations are host memory); 0: every block recomputes; N: the last
+  // N (all when N >= the layers).
+  int64_t kept_blocks = -1;
   int update_threads = 0;                   // CPU AdamW threads, 0: all cores
   // Where gradients land in host memory: "fp32" (a 4-byte buffer per parameter),
   // "bf16" (in the streamed bf16 copy: 14 bytes per parameter in all, needs bf16

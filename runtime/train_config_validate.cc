@@ -142,6 +142,7 @@ Check CheckPolicy(const PolicyConfig& p) {
   if (Check c = Known("policy.activations", p.activations)) return c;
   if (Check c = Bounded("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1, kMaxChunk)) return c;
   if (Check c = Bounded("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0, kMaxChunk)) return c;
+  if (Check c = InRange<int64_t>("policy.kept_blocks", p.kept_blocks, -1, int64_t{1} << 20)) return c;
   if (Check c = Known("policy.grad_landing", p.grad_landing)) return c;
   if (Check c = Bounded("policy.gpu_memory_budget_bytes", p.gpu_memory_budget_bytes, 0, int64_t{1} << 56)) return c;
   const bool drift_ok = p.replan_threshold > 0 && std::isfinite(p.replan_threshold);

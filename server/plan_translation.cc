@@ -11,7 +11,7 @@ namespace {
 // Plan text comes from the runtime (calibration notes may quote errors): valid UTF-8.
 std::string Text(const std::string& s) { return ValidUtf8(s); }
 
-void KnobsToProto(const PlanKnobs& k, v1::PlanKnobs* out) {
+void KnobsToProto(const PlanKnobs& k, int64_t blocks, v1::PlanKnobs* out) {
   out->set_micro_batch_size(k.micro_batch_size);
   out->set_grad_accum(k.grad_accum);
   out->set_chunk_elems(k.policy.chunk_elems);
@@ -21,6 +21,8 @@ void KnobsToProto(const PlanKnobs& k, v1::PlanKnobs* out) {
   out->set_activations(NameOf(k.policy.activations));
   out->set_loss_chunk_tokens(k.policy.loss_chunk_tokens);
   out->set_grad_landing(NameOf(k.policy.grad_landing));
+  out->set_kept_blocks(k.policy.kept_blocks);
+  out->set_blocks(blocks);
 }
 
 void TimesToProto(const std::map<std::string, double>& times,
@@ -38,7 +40,7 @@ v1::Plan PlanToProto(const std::string& job_id, const PlanReport& r, bool candid
   v1::Plan p;
   p.set_job_id(job_id);
   p.set_auto_(r.auto_plan);
-  KnobsToProto(r.knobs, p.mutable_knobs());
+  KnobsToProto(r.knobs, r.blocks, p.mutable_knobs());
   const StepPrediction& pr = r.prediction;
   p.set_predicted_step_seconds(pr.step_seconds);
   p.set_measured_step_seconds(r.measured_step_seconds);
@@ -85,7 +87,7 @@ v1::Plan PlanToProto(const std::string& job_id, const PlanReport& r, bool candid
     const std::string chosen = DescribeKnobs(r.knobs);
     for (const Candidate& c : r.candidates) {
       v1::PlanCandidate* o = p.add_candidates();
-      KnobsToProto(c.knobs, o->mutable_knobs());
+      KnobsToProto(c.knobs, r.blocks, o->mutable_knobs());
       o->set_predicted_step_seconds(c.prediction.step_seconds);
       o->set_bottleneck(Text(c.prediction.bottleneck));
       o->set_memory_bytes(c.prediction.memory.total);

@@ -81,7 +81,10 @@ absl::Status EngineTrainer::Init() {
   pipeline_->set_trace(trace_.get());
   absl::Status built = BuildWorkers();
   // With policy.auto a plan whose buffers do not fit shrinks before the first step.
-  if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) return ShrinkUntilBuilt(built, 0);
+  if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) built = ShrinkUntilBuilt(built, 0);
+  // The kept blocks the workers resolved against the device (policy.kept_blocks -1 and
+  // policy.auto off), so that the prediction and the plan show what runs.
+  if (built.ok() && !workers_.empty()) plan_.SetKeptBlocks(workers_[0]->kept_blocks());
   return built;
 }
 

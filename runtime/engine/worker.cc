@@ -30,6 +30,21 @@ void Accumulate(at::Tensor& leaf, const ParamSpec& spec, at::Tensor& acc) {
   leaf.mutable_grad().reset();
 }
 
+// A tensor over `slot`'s memory with a storage of its own (no owner), so that Retarget
+// can point that storage, and with it every view of it (autograd's saved tensors
+// included), at another slot.
+at::Tensor RetargetableView(const at::Tensor& slot) {
+  return at::from_blob(slot.data_ptr(), slot.sizes(), slot.options());
+}
+
+// `view` (a RetargetableView) reads `slot` from now on: same dtype, at least its size.
+void Retarget(const at::Tensor& view, const at::Tensor& slot) {
+  TORCH_CHECK(slot.scalar_type() == view.scalar_type() && slot.numel() >= view.numel() &&
+                  slot.device() == view.device() && slot.is_contiguous(),
+              "Retarget: the new slot does not match the kept graph's parameters");
+  view.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(at::DataPtr(slot.data_ptr(), slot.device()));
+}
+
 // Sequence positions per LM-head chunk for micro-batches of `rows` rows.
 int64_t LossChunk(int64_t loss_chunk_tokens, int64_t rows) {
   return std::max<int64_t>(1, loss_chunk_tokens / std::max<int64_t>(1, rows));
@@ -88,6 +103,7 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       lander_(/*inline_mode=*/!device.is_cuda()) {
   const ModelLayout& layout = state->layout();
   const int U = layout.num_units();
+  kept_.resize(U);
 
   const int W = shared->world;
   int64_t max_numel = 0, max_rest = 0;
@@ -130,6 +146,8 @@ absl::StatusOr<WorkerStepResult> Worker::RunStep(int64_t step, const WorkerBatch
   } catch (const std::exception& e) {
     error = FromException(e);
   }
+  // A step that failed half-way leaves kept graphs behind: their memory goes now.
+  for (KeptGraph& g : kept_) g = KeptGraph();
   // This worker will not reach its remaining collectives: the others must not wait for
   // it (nor this worker's landings for theirs).
   if (!error.ok()) AbortCollectives();
@@ -189,7 +207,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   const DeviceBatch in = ToDevice(batch);
   StartFetches(step, schedule_.size(), r);
 
-  // ---------------- forward, layer-major; keep each unit's input ----------------
+  // ------- forward, layer-major; keep each unit's input, or a kept block's graph -------
   double t0 = MonotonicSeconds();
   std::vector<SavedInputs> saved(U);
   std::vector<at::Tensor> h = Forward(step, in, &saved, r);
@@ -209,25 +227,30 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
   ReleaseHead(step, r);
   Land(head, step, head_grad, r);
 
-  // ---------------- backward, l = L-1..1: recompute, backprop, land ----------------
-  SavedInputs next = head > 1 ? Restore(head - 1, std::move(saved[head - 1]), r) : SavedInputs();
+  // ------- backward, l = L-1..1: kept graphs, or recompute from the input; land -------
+  SavedInputs next = head > 1 && !Kept(head - 1) ? Restore(head - 1, std::move(saved[head - 1]), r) : SavedInputs();
   for (int u = head - 1; u >= 1; --u) {
     StopPoint();
     const int it = schedule_.backward_item(u);
     const UnitLayout& unit = layout.units[u];
-    std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
-    const BlockParams p = ViewBlock(unit, Acquire(step, it, r), &leaves);
+    const at::Tensor slot = Acquire(step, it, r);
     SavedInputs inputs = std::move(next);
-    if (u > 1) next = Restore(u - 1, std::move(saved[u - 1]), r);  // under this unit's backward
-    streams_->Wait(StreamKind::kCompute, inputs.ready);
+    if (u > 1 && !Kept(u - 1)) next = Restore(u - 1, std::move(saved[u - 1]), r);  // under this unit's backward
     at::Tensor grad = GradBuffer(u);
-    for (size_t mb = 0; mb < MB; ++mb) {
-      at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
-      inputs.xs[mb] = at::Tensor();
-      at::Tensor y = BlockForward(cfg, p, x, in.layouts[mb], activations_.mlp_tile);
-      y.backward(grad_h[mb]);
-      grad_h[mb] = x.grad();
-      for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
+    if (Kept(u)) {
+      KeptBackward(u, slot, grad_h, grad);
+    } else {
+      std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
+      const BlockParams p = ViewBlock(unit, slot, &leaves);
+      streams_->Wait(StreamKind::kCompute, inputs.ready);
+      for (size_t mb = 0; mb < MB; ++mb) {
+        at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
+        inputs.xs[mb] = at::Tensor();
+        at::Tensor y = BlockForward(cfg, p, x, in.layouts[mb], activations_.mlp_tile);
+        y.backward(grad_h[mb]);
+        grad_h[mb] = x.grad();
+        for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
+      }
     }
     Release(step, it, r);
     Land(u, step, grad, r);
@@ -299,12 +322,52 @@ std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, std
   for (int u = 1; u < head; ++u) {
     StopPoint();
     const int item = schedule_.forward_item(u);
-    const BlockParams p = ViewBlock(layout.units[u], Acquire(step, item, r));
-    if (saved != nullptr) (*saved)[u] = Offload(u, h, r);
-    for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], activations_.mlp_tile);
+    const at::Tensor slot = Acquire(step, item, r);
+    if (saved != nullptr && Kept(u)) {
+      KeptForward(u, slot, in, h);
+    } else {
+      const BlockParams p = ViewBlock(layout.units[u], slot);
+      if (saved != nullptr) (*saved)[u] = Offload(u, h, r);
+      for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], activations_.mlp_tile);
+    }
     Release(step, item, r);
   }
   return h;
+}
+
+bool Worker::Kept(int u) const {
+  const int head = state_->num_units() - 1;
+  return u < head && u >= head - activations_.kept_blocks;
+}
+
+void Worker::KeptForward(int u, const at::Tensor& slot, const DeviceBatch& in, std::vector<at::Tensor>& h) {
+  KeptGraph& g = kept_[u];
+  g.params = RetargetableView(slot);
+  const BlockParams p = ViewBlock(state_->layout().units[u], g.params, &g.leaves);
+  at::AutoGradMode with_grad(true);
+  for (size_t mb = 0; mb < h.size(); ++mb) {
+    at::Tensor x = h[mb].detach().requires_grad_(true);
+    at::Tensor y = BlockForward(state_->config(), p, x, in.layouts[mb], activations_.mlp_tile);
+    h[mb] = y.detach();
+    g.xs.push_back(std::move(x));
+    g.ys.push_back(std::move(y));
+  }
+}
+
+void Worker::KeptBackward(int u, const at::Tensor& slot, std::vector<at::Tensor>& grad_h, at::Tensor& grad) {
+  KeptGraph g = std::move(kept_[u]);
+  kept_[u] = KeptGraph();
+  // The graph's weights (views of g.params, autograd's saved copies of them included)
+  // now read this fetch of the same unit: the forward's slot holds another unit by now.
+  Retarget(g.params, slot);
+  const UnitLayout& unit = state_->layout().units[u];
+  for (size_t mb = 0; mb < grad_h.size(); ++mb) {
+    g.ys[mb].backward(grad_h[mb]);
+    g.ys[mb] = at::Tensor();
+    grad_h[mb] = g.xs[mb].grad();
+    g.xs[mb] = at::Tensor();
+    for (size_t i = 0; i < g.leaves.size(); ++i) Accumulate(g.leaves[i], unit.params[i], grad);
+  }
 }
 
 Worker::HeadSlots Worker::AcquireHead(int64_t step, WorkerStepResult& r) {

@@ -1,6 +1,7 @@
 // Worker: one data-parallel worker (one GPU, or one CPU thread on the CPU device). Its
 // RunStep is the step of DESIGN.md for this worker, top to bottom: layer-major forward
-// keeping layer inputs, the loss in sequence chunks, backward with recompute, each
+// keeping layer inputs (the last policy.kept_blocks blocks keep their whole graph), the
+// loss in sequence chunks, backward with recompute (or through a kept graph), each
 // unit's gradient accumulated in fp32 on the device and sent down as soon as it is
 // complete. Parameters stream through a ring of device slots, fetched `prefetch_depth`
 // units ahead on the H2D stream while the compute stream works; gradients go down on
@@ -78,6 +79,9 @@ class Worker {
   // forward_seconds, wait_seconds and transfers are set; not traced.
   absl::StatusOr<WorkerStepResult> RunEval(int64_t step, const WorkerBatch& batch);
 
+  // Decoder blocks (the last ones) whose graph lives from forward to backward.
+  int64_t kept_blocks() const { return activations_.kept_blocks; }
+
  private:
   Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
          RouteShared* shared, const at::Device& device, std::unique_ptr<DeviceStreams> streams,
@@ -128,10 +132,24 @@ class Worker {
   SavedInputs Restore(int u, SavedInputs saved, WorkerStepResult& r);
 
   // Embedding and blocks, layer-major over the micro-batches without gradients (fetch
-  // items 0..head-1); with `saved`, each block's inputs are kept there for backward.
-  // Returns the hidden states that reach the head.
+  // items 0..head-1); with `saved`, each block's inputs are kept there for backward, or
+  // a kept block's graph in kept_. Returns the hidden states that reach the head.
   std::vector<at::Tensor> Forward(int64_t step, const DeviceBatch& in, std::vector<SavedInputs>* saved,
                                   WorkerStepResult& r);
+
+  // A kept block (policy.kept_blocks): its forward records the graph over a storage of
+  // its own that views the forward's slot (the parameters are leaves over it, as in
+  // recompute); its backward points that storage at the backward's fetch of the same
+  // unit (the same weights: updates come after the step) and runs the graph.
+  struct KeptGraph {
+    at::Tensor params;                // RetargetableView of the unit's slot
+    std::vector<at::Tensor> leaves;   // one per parameter
+    std::vector<at::Tensor> xs, ys;   // per micro-batch: input (a leaf) and output
+  };
+  bool Kept(int u) const;
+  void KeptForward(int u, const at::Tensor& slot, const DeviceBatch& in, std::vector<at::Tensor>& h);
+  // grad_h: the gradient of each micro-batch's output in, of its input out.
+  void KeptBackward(int u, const at::Tensor& slot, std::vector<at::Tensor>& grad_h, at::Tensor& grad);
 
   // The head's loss sum over `hidden` in sequence chunks, without gradients.
   at::Tensor HeadLossSum(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
@@ -180,6 +198,8 @@ class Worker {
   };
   std::vector<PendingSpan> spans_;
   double origin_host_ = 0.0;
+
+  std::vector<KeptGraph> kept_;  // per unit; empty outside a step
 
   SerialExecutor lander_;
 };

@@ -4,6 +4,9 @@
 #include <algorithm>
 
 #include "runtime/model/tiled_mlp.h"
+#include "runtime/plan/job_knobs.h"
+#include "runtime/plan/policy.h"
+#include "runtime/plan/step_model.h"
 
 namespace slidedp {
 
@@ -21,6 +24,12 @@ ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& m
   }
   plan.mlp_tile =
       ChooseMlpTile(config.policy, config.micro_batch_size, config.seq_len, model.intermediate_size, element_bytes);
+  PlanKnobs knobs = KnobsOf(config);
+  knobs.policy.activations = plan.offload_inputs ? ActivationPlacement::kHost : ActivationPlacement::kDevice;
+  JobShape job = JobShapeOf(config);
+  job.param_bytes = static_cast<int>(element_bytes);
+  plan.kept_blocks =
+      KeptBlocks(ShapeOf(model), job, knobs, MemoryBudget(config.policy.gpu_memory_budget_bytes, device_memory));
   return plan;
 }
 

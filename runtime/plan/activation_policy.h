@@ -1,5 +1,6 @@
-// ActivationPolicy: where a step's layer inputs wait for backward and how long the MLP's
-// sequence tiles are, from the job's fields and the device's memory. The job's explicit
+// ActivationPolicy: where a step's layer inputs wait for backward, which blocks keep
+// their whole graph instead of recomputing in backward, and how long the MLP's sequence
+// tiles are, from the job's fields and the device's memory. The job's explicit
 // choices win; "auto" decides against policy.gpu_memory_budget_bytes when set (capped by
 // the device), else the device's memory. Pure function; called when a worker is built.
 #pragma once
@@ -14,6 +15,9 @@ namespace slidedp {
 struct ActivationPlan {
   bool offload_inputs = false;  // layer inputs in pinned host memory between forward and backward
   int64_t mlp_tile = 0;         // sequence positions per MLP tile (>= seq_len: whole)
+  // The last `kept_blocks` decoder blocks keep their graph from forward to backward
+  // (no recompute, not offloaded); the others keep only their input.
+  int64_t kept_blocks = 0;
 };
 
 // `element_bytes`: of the compute dtype. `device_memory`: the device's total bytes, 0 on
@@ -22,6 +26,8 @@ struct ActivationPlan {
 //    positions x hidden) would take more than 40% of the memory they may use.
 //  - mlp_tile_tokens 0: AutoMlpTile with one intermediate under 1 GiB, and under 1/32 of
 //    the budget when one is set.
+//  - kept_blocks -1: step_model.h's KeptBlocks within MemoryBudget(budget, device_memory)
+//    with the placement chosen above (none on the CPU device).
 ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& model, int64_t element_bytes,
                                  int64_t device_memory);
 

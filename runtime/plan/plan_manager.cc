@@ -25,9 +25,11 @@ PlanManager::PlanManager(const ModelConfig& model, const TrainConfig& config)
     : shape_(ShapeOf(model)),
       job_(JobShapeOf(config)),
       threshold_(config.policy.replan_threshold),
+      requested_kept_(config.policy.kept_blocks),
       drift_(config.policy.replan_threshold, kReplanPatience) {
   report_.available = true;
   report_.auto_plan = config.policy.auto_plan;
+  report_.blocks = shape_.layers;
   report_.rates = DefaultRates(shape_, job_);
   report_.budget_bytes = MemoryBudget(config.policy.gpu_memory_budget_bytes, 0);
 }
@@ -69,6 +71,13 @@ void PlanManager::Force(const PlanKnobs& knobs) {
   report_.last_change = absl::StrCat("set by the caller: ", DescribeKnobs(k));
 }
 
+void PlanManager::SetKeptBlocks(int64_t kept) {
+  if (report_.knobs.policy.kept_blocks == kept) return;
+  PlanKnobs k = report_.knobs;
+  k.policy.kept_blocks = kept;
+  Use(k);
+}
+
 void PlanManager::FixLanding(bool bf16) {
   report_.knobs.policy.grad_landing = bf16 ? GradLanding::kBf16 : GradLanding::kFp32;
 }
@@ -82,7 +91,9 @@ std::optional<PlanKnobs> PlanManager::AfterStep(const StepMeasurement& measured,
   Use(report_.knobs);
   if (!replan) return std::nullopt;
   drift_.Reset();
-  absl::StatusOr<PlanChoice> choice = ChoosePlan(shape_, job_, report_.knobs, report_.rates, report_.budget_bytes);
+  PlanKnobs base = report_.knobs;
+  base.policy.kept_blocks = requested_kept_;  // auto stays auto for the new candidates
+  absl::StatusOr<PlanChoice> choice = ChoosePlan(shape_, job_, base, report_.rates, report_.budget_bytes);
   if (!choice.ok()) return std::nullopt;  // keep the plan that runs
   report_.candidates = std::move(choice->candidates);
   if (SameKnobs(choice->knobs, report_.knobs)) {

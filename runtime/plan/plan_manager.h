@@ -35,6 +35,10 @@ class PlanManager {
   const PlanKnobs& knobs() const { return report_.knobs; }
   const StepPrediction& prediction() const { return report_.prediction; }
 
+  // The number of kept blocks the engine runs with: policy.kept_blocks resolved against
+  // the device's memory when the knobs left it to auto (-1), or at most the layers.
+  void SetKeptBlocks(int64_t kept);
+
   // The host state lands gradients in bf16 (true) or fp32: later plans keep to routes
   // that allow it.
   void FixLanding(bool bf16);
@@ -62,6 +66,7 @@ class PlanManager {
   ModelShape shape_;
   JobShape job_;
   double threshold_;
+  int64_t requested_kept_;  // the job's policy.kept_blocks (-1: auto)
   DriftMonitor drift_;
   PlanReport report_;
 };

@@ -18,6 +18,7 @@ struct PlanReport {
   bool available = false;   // false: no trainer (yet), or one without a model
   bool auto_plan = false;   // policy.auto: the knobs were chosen by the policy
   PlanKnobs knobs;
+  int64_t blocks = 0;       // the model's decoder blocks (knobs.policy.kept_blocks of them keep their graph)
   StepPrediction prediction;
   Rates rates;
   double measured_step_seconds = 0.0;  // the last step's, 0 before the first

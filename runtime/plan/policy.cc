@@ -54,7 +54,9 @@ absl::StatusOr<PlanChoice> ChoosePlan(const ModelShape& shape, const JobShape& j
   choice.budget_bytes = budget_bytes;
   int best = -1;
   int smallest = -1;
-  for (const PlanKnobs& k : EnumerateKnobs(job, base, space)) {
+  for (PlanKnobs& k : EnumerateKnobs(job, base, space)) {
+    // As many kept blocks as the budget leaves room for with these knobs.
+    if (k.policy.kept_blocks < 0) k.policy.kept_blocks = KeptBlocks(shape, job, k, budget_bytes);
     Candidate c;
     c.knobs = k;
     c.prediction = PredictStep(shape, job, k, rates);
@@ -96,6 +98,11 @@ absl::StatusOr<PlanChoice> ChoosePlan(const ModelShape& shape, const JobShape& j
 
 std::optional<PlanKnobs> Shrink(const PlanKnobs& knobs) {
   PlanKnobs k = knobs;
+  // Kept graphs first: they are the largest part that only costs time to give up.
+  if (k.policy.kept_blocks > 0) {
+    k.policy.kept_blocks /= 2;
+    return k;
+  }
   if (k.micro_batch_size > 1) {
     // The largest divisor below the current size keeps the worker's sequences.
     const int64_t seqs = k.micro_batch_size * k.grad_accum;
@@ -155,9 +162,11 @@ void DriftMonitor::Reset() {
 }
 
 std::string DescribeKnobs(const PlanKnobs& k) {
-  return absl::StrCat(k.micro_batch_size, " x ", k.grad_accum, " micro-batches, prefetch ", k.policy.prefetch_depth,
-                      ", activations ", NameOf(k.policy.activations), ", ", NameOf(k.policy.param_route), "/",
-                      NameOf(k.policy.grad_route));
+  std::string text = absl::StrCat(k.micro_batch_size, " x ", k.grad_accum, " micro-batches, prefetch ",
+                                  k.policy.prefetch_depth, ", activations ", NameOf(k.policy.activations), ", ",
+                                  NameOf(k.policy.param_route), "/", NameOf(k.policy.grad_route));
+  if (k.policy.kept_blocks > 0) absl::StrAppend(&text, ", ", k.policy.kept_blocks, " blocks kept");
+  return text;
 }
 
 }  // namespace slidedp

@@ -1,6 +1,7 @@
 // Policy: the plan search of DESIGN.md ("Step-time model and policy"). Enumerates the
 // knobs (micro-batch size and count for the same global batch, prefetch depth,
-// activation placement, and with several workers the parameter and gradient routes),
+// activation placement, and with several workers the parameter and gradient routes;
+// with policy.kept_blocks -1 each candidate keeps as many blocks' graphs as fit),
 // predicts each candidate with the step model, drops those over the GPU memory budget
 // and picks the fastest (ties: fewer PCIe bytes, then less memory, then enumeration
 // order), deterministically.
@@ -49,8 +50,8 @@ absl::StatusOr<PlanChoice> ChoosePlan(const ModelShape& shape, const JobShape& j
                                       const Rates& rates, int64_t budget_bytes,
                                       const SearchSpace& space = SearchSpace());
 
-// After a GPU out-of-memory with `knobs`: the next smaller plan, in this order: fewer
-// sequences per micro-batch (more micro-batches, same global batch), activations to
+// After a GPU out-of-memory with `knobs`: the next smaller plan, in this order: half
+// the kept blocks (down to none), fewer sequences per micro-batch (more micro-batches, same global batch), activations to
 // host memory, a smaller prefetch depth, a smaller loss chunk. Empty when nothing is
 // left to shrink.
 std::optional<PlanKnobs> Shrink(const PlanKnobs& knobs);
@@ -60,7 +61,7 @@ std::optional<PlanKnobs> Shrink(const PlanKnobs& knobs);
 int64_t MemoryBudget(int64_t configured, int64_t device_free);
 
 // Text of the knobs, e.g. "4 x 2 micro-batches, prefetch 2, activations device,
-// replicate/gather_host".
+// replicate/gather_host", and ", 12 blocks kept" when blocks keep their graph.
 std::string DescribeKnobs(const PlanKnobs& knobs);
 
 // Re-plan trigger with hysteresis: the relative drift of measured against predicted

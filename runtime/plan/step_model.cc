@@ -182,6 +182,7 @@ class StepReplay {
         U_(shape.num_units()), W_(std::max(1, job.workers)),
         bf16_landing_(Bf16Landing(job, k.policy)),
         schedule_(U_, shape.tied, k.policy.prefetch_depth),
+        kept_(KeptBlocks(shape, job, k, 0)),
         slot_free_(schedule_.num_slots(), -1),
         updated_(U_, -1) {}
 
@@ -235,6 +236,8 @@ class StepReplay {
     Fetch(schedule_.item(item).prefetch, schedule_.item(item).use != StepSchedule::Use::kForward);
   }
   std::string Name(int u) const { return schedule_.unit_name(u); }
+  // Unit u (a block) keeps its graph: one of the last kept_ blocks.
+  bool Kept(int u) const { return u >= U_ - 1 - kept_ && u < U_ - 1; }
   int Compute(const std::string& what, double seconds, std::initializer_list<int> deps) {
     const int op = r_.Add(kResGpu, what, seconds, deps, host_.t, host_.cause);
     compute_ops.push_back(op);
@@ -253,6 +256,7 @@ class StepReplay {
   Replay r_;
   HostThread host_;
   const StepSchedule schedule_;  // the engine's: fetch order, slots, prefetch points
+  const int64_t kept_;           // blocks that keep their graph (the last ones)
   std::vector<int> slot_free_;   // slot -> the compute op that released it last
   std::vector<int> fetched_;     // item -> its fetch op in this step
   std::vector<int> updated_;       // unit -> op of its latest update
@@ -342,7 +346,7 @@ int StepReplay::Step(double start, int start_cause) {
   for (int u = 1; u < head; ++u) {
     const int item = schedule_.forward_item(u);
     const int acquire = Acquire(item);
-    if (offload) {
+    if (offload && !Kept(u)) {
       // The unit's input goes down once the compute stream produced it.
       saved[u] = r_.Add(kResD2h, "offload " + Name(u), D2hSeconds(act_bytes, false), {c}, host_.t,
                         host_.cause);
@@ -375,7 +379,7 @@ int StepReplay::Step(double start, int start_cause) {
   Land(head, c);
 
   int restored = -1;
-  if (offload && head > 1) {
+  if (offload && head > 1 && !Kept(head - 1)) {
     restored = r_.Add(kResH2d, "restore " + Name(head - 1), H2dSeconds(act_bytes, true), {saved[head - 1]},
                       host_.t, host_.cause);
     h2d_bytes += act_bytes;
@@ -384,19 +388,21 @@ int StepReplay::Step(double start, int start_cause) {
   // MLP tiles: backward recomputes each tile's MLP once more (runtime/model/tiled_mlp.h).
   const double mlp_recompute =
       MlpTile(shape_, job_, k_) < job_.seq_len ? T * rates_.recompute_s * MlpShare(shape_, job_.seq_len) : 0.0;
-  const double block_bwd = T * (rates_.recompute_s + rates_.backward_s) + mlp_recompute + 2 * launch;
+  // A kept block's backward does not run its forward again.
+  const double block_bwd = T * rates_.backward_s + mlp_recompute + 2 * launch;
   for (int u = head - 1; u >= 1; --u) {
     const int it = schedule_.backward_item(u);
     const int acquire = Acquire(it);
-    const int inputs = restored;
-    if (offload && u > 1) {
+    const int inputs = Kept(u) ? -1 : restored;
+    if (offload && u > 1 && !Kept(u - 1)) {
       restored = r_.Add(kResH2d, "restore " + Name(u - 1), H2dSeconds(act_bytes, true), {saved[u - 1]},
                         host_.t, host_.cause);
       h2d_bytes += act_bytes;
       Sync(restored);
     }
     c = Compute("backward " + Name(u),
-                block_bwd + rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
+                block_bwd + (Kept(u) ? 0.0 : T * rates_.recompute_s) +
+                    rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
                 {acquire, inputs, gacc_free_[next_gacc_]});
     Release(it, c);
     Land(u, c);
@@ -445,6 +451,34 @@ void StepReplay::Updates() {
 
 }  // namespace
 
+int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
+  const Sizes s = SizesOf(shape, job, k);
+  const int64_t q = shape.heads * shape.head_dim, kv = shape.kv_heads * shape.head_dim;
+  const bool tiled = MlpTile(shape, job, k) < job.seq_len;
+  const int64_t elements = 4 * shape.hidden + 3 * q + 3 * kv + (tiled ? 0 : 3 * shape.ffn);
+  const int64_t fp32_stats = (2 + shape.heads) * 4;
+  return s.tokens_worker * (elements * job.param_bytes + fp32_stats);
+}
+
+int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes) {
+  const int64_t requested = knobs.policy.kept_blocks;
+  if (requested >= 0) return std::min(requested, shape.layers);
+  if (!job.cuda) return 0;
+  if (memory_bytes <= 0) return shape.layers;
+  PlanKnobs none = knobs;
+  none.policy.kept_blocks = 0;
+  const int64_t base = EstimateMemory(shape, job, none).total;
+  // Each kept block adds its graph and, with inputs on the device, no longer keeps its input apart.
+  const int64_t act_unit = SizesOf(shape, job, knobs).tokens_worker * shape.hidden * job.param_bytes;
+  const int64_t per_block = std::max<int64_t>(
+      1, KeptBlockBytes(shape, job, knobs) - (knobs.policy.activations == ActivationPlacement::kHost ? 0 : act_unit));
+  // A tenth of the memory stays free: the caching allocator's fragmentation grows with
+  // the many differently sized tensors a kept graph holds.
+  const int64_t usable = memory_bytes / 10 * 9;
+  if (base >= usable) return 0;
+  return std::min(shape.layers, (usable - base) / per_block);
+}
+
 MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
   const Sizes s = SizesOf(shape, job, k);
   const int W = std::max(1, job.workers);
@@ -461,7 +495,10 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
     if (W > 1 && k.policy.grad_route == GradRoute::kReduceOne) m.grad_buffers += n * 4;
   }
   const int64_t act_unit = s.tokens_worker * shape.hidden * pb;
-  m.activations = k.policy.activations == ActivationPlacement::kHost ? 2 * act_unit : shape.layers * act_unit;
+  // Kept blocks hold their graph (their input in it) and are never offloaded.
+  const int64_t kept = KeptBlocks(shape, job, k, 0);
+  m.activations = (k.policy.activations == ActivationPlacement::kHost ? 2 * act_unit : (shape.layers - kept) * act_unit) +
+                  kept * KeptBlockBytes(shape, job, k);
   // A micro-batch through a block with autograd (q, k, v, attention, the MLP's gate, up
   // and product, norms, residuals, and their gradients), the hidden states and their
   // gradients of every micro-batch, and the block's parameter gradients.

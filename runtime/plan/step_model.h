@@ -103,11 +103,27 @@ int64_t MlpTile(const ModelShape& shape, const JobShape& job, const PlanKnobs& k
 // The MLP's share of one block's forward FLOPs at `seq_len` (what tiles recompute).
 double MlpShare(const ModelShape& shape, int64_t seq_len);
 
+// Bytes autograd keeps from a decoder block's forward to its backward when the block
+// keeps its graph (policy.kept_blocks), for the tokens one worker computes a step (every
+// micro-batch: the forward is layer-major), as the CUDA device's fused path saves them:
+// the block's input, the two norms' outputs, q and k before and after their norm and
+// RoPE, v, attention's output (and its transposed copy), the residual sum, and the
+// MLP's gate, up and their product (only its input when the MLP runs in tiles), in the
+// compute dtype; the norms' and attention's fp32 statistics.
+int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
+
+// The number of decoder blocks that keep their graph for `knobs` (the last ones):
+// policy.kept_blocks when >= 0 (at most the layers). For -1 (auto): none on the cpu
+// device (its activations are host memory); on cuda the most whose EstimateMemory fits
+// in 90% of `memory_bytes`, all of them when `memory_bytes` is 0 (no limit known).
+int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes);
+
 // Predicted GPU memory of a plan on one worker, in bytes.
 struct MemoryEstimate {
   int64_t slots = 0;         // prefetch_depth + 2 parameter slots of the largest unit
   int64_t grad_buffers = 0;  // fp32 accumulators, landing buffers
-  int64_t activations = 0;   // saved block inputs (device placement) or those in flight
+  int64_t activations = 0;   // saved block inputs (device placement) or those in flight, and
+                             // the graphs of the blocks that keep them (KeptBlockBytes each)
   int64_t working = 0;       // one micro-batch through one block, hidden states, their grads
   int64_t loss_chunk = 0;    // logits of one loss chunk, the LM head's gradient
   int64_t margin = 0;        // CUDA context, allocator
@@ -137,7 +153,9 @@ struct StepPrediction {
   MemoryEstimate memory;
 };
 
-// Predicts the step of `knobs` for `job` on `shape` with `rates`.
+// Predicts the step of `knobs` for `job` on `shape` with `rates`. policy.kept_blocks -1
+// counts as KeptBlocks(..., 0) (the engine resolves it against the GPU's memory; the
+// trainer and the policy pass the count it runs with).
 StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs,
                            const Rates& rates);
 

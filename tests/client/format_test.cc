@@ -95,6 +95,8 @@ v1::Plan SamplePlan() {
   k->set_param_route("replicate");
   k->set_grad_route("gather_host");
   k->set_loss_chunk_tokens(1024);
+  k->set_kept_blocks(12);
+  k->set_blocks(36);
   plan.set_predicted_step_seconds(2.0);
   plan.set_measured_step_seconds(2.2);
   plan.set_step(7);
@@ -123,6 +125,7 @@ TEST(FormatTest, PlanShowsPredictedMeasuredResourcesAndCandidates) {
   EXPECT_NE(text.find("job:             job-1 (policy.auto)"), std::string::npos) << text;
   EXPECT_NE(text.find("plan:            4 x 2 micro-batches, prefetch 2, activations device, replicate/gather_host"),
             std::string::npos) << text;
+  EXPECT_NE(text.find("loss chunk 1024, 12 of 36 blocks kept\n"), std::string::npos) << text;
   EXPECT_NE(text.find("predicted 2.000 s, measured 2.200 s (+10.0%) at step 7"), std::string::npos) << text;
   EXPECT_NE(text.find("bottleneck:      cpu_update"), std::string::npos) << text;
   EXPECT_NE(text.find("  cpu_update        1.500"), std::string::npos) << text;

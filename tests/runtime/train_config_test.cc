@@ -374,6 +374,7 @@ TEST(TrainConfigErrorTest, EveryValidationRuleNamesItsField) {
       {"policy: {prefetch_depth: 9}", "policy.prefetch_depth"},
       {"policy: {loss_chunk_tokens: 0}", "policy.loss_chunk_tokens"},
       {"policy: {mlp_tile_tokens: -1}", "policy.mlp_tile_tokens"},
+      {"policy: {kept_blocks: -2}", "policy.kept_blocks"},
       {"policy: {update_threads: -1}", "policy.update_threads"},
       {"log_every: 0", "log_every"},
       {"data: {format: tokens, path: /t, tokenizer: /tok.json}", "data.tokenizer"},

@@ -133,6 +133,8 @@ class FakeTrainer final : public Trainer {
     r.knobs.micro_batch_size = config_.micro_batch_size;
     r.knobs.grad_accum = config_.grad_accum;
     r.knobs.policy = config_.policy;
+    r.knobs.policy.kept_blocks = 1;
+    r.blocks = 2;
     r.prediction.step_seconds = 0.002;
     r.prediction.bottleneck = "gpu";
     r.prediction.busy = {{"gpu", 0.0015}, {"h2d", 0.0005}, {"cpu_update", 0.001}};

@@ -475,6 +475,8 @@ TEST_F(ServiceTest, GetPlanShowsPredictedAgainstMeasured) {
   EXPECT_DOUBLE_EQ(plan.measured_step_seconds(), 0.001);
   EXPECT_EQ(plan.bottleneck(), "gpu");
   EXPECT_EQ(plan.knobs().micro_batch_size(), TrainConfig().micro_batch_size);
+  EXPECT_EQ(plan.knobs().kept_blocks(), 1);
+  EXPECT_EQ(plan.knobs().blocks(), 2);
   EXPECT_EQ(plan.busy_size(), 3);
   EXPECT_EQ(plan.critical_path_size(), 2);
   EXPECT_EQ(plan.memory().total_bytes(), 3 << 20);

@@ -345,6 +345,71 @@ TEST(EngineExactnessMore, TiledMlpWithHostActivationsEqualsPlainAutograd) {
   ExpectClose(RunEngine(tc, c, dir + "/out"), ReferenceTrain(c, init, tc), 1e-5);
 }
 
+// Issue 20, part 2: the last policy.kept_blocks blocks keep their graph from forward to
+// backward (its weights re-pointed at the backward's fetch of the unit) instead of
+// recomputing their forward; any count (some, all, more than the model has) of a
+// 3-block model, both families and parameter routes, two workers, two micro-batches
+// each, equals plain autograd, and recomputing every block bit for bit. The plan shows
+// the count the engine runs with.
+class KeptBlocksExactness : public ::testing::TestWithParam<std::tuple<ModelFamily, int, std::string>> {};
+
+TEST_P(KeptBlocksExactness, FiveStepsMatchPlainAutograd) {
+  auto [family, kept, param_route] = GetParam();
+  ModelConfig c = TinyShape(family);
+  c.num_layers = 3;
+  const std::string dir = ::testing::TempDir() + "/exact_kept_" + std::string(FamilyName(family)) + "_" +
+                          std::to_string(kept) + "_" + param_route;
+  std::filesystem::remove_all(dir);
+  Weights init = MakeModelDir(c, dir + "/init", 19);
+  TrainConfig tc = BaseConfig(dir + "/init");
+  tc.policy.kept_blocks = kept;
+  tc.policy.param_route = *EnumFromName<ParamRoute>(param_route);
+  {
+    auto trainer = Trainer::Create(tc);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    EXPECT_EQ((*trainer)->Plan().knobs.policy.kept_blocks, std::min<int64_t>(kept, c.num_layers));
+    EXPECT_EQ((*trainer)->Plan().blocks, c.num_layers);
+  }
+  Weights engine = RunEngine(tc, c, dir + "/out");
+  EXPECT_GT((engine.at("model.norm.weight") - init.at("model.norm.weight")).abs().max().item<double>(), 1e-4);
+  ExpectClose(engine, ReferenceTrain(c, init, tc), 1e-5);
+  // The same operations as recomputing, in the same order: the same bits.
+  TrainConfig recompute = tc;
+  recompute.policy.kept_blocks = 0;
+  const Weights recomputed = RunEngine(recompute, c, dir + "/recompute");
+  for (const auto& [name, w] : recomputed) EXPECT_TRUE(at::equal(engine.at(name), w)) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Counts, KeptBlocksExactness,
+                         ::testing::Values(std::make_tuple(ModelFamily::kQwen2, 1, "replicate"),
+                                           std::make_tuple(ModelFamily::kQwen3, 3, "replicate"),
+                                           std::make_tuple(ModelFamily::kQwen2, 4, "scatter_allgather"),
+                                           std::make_tuple(ModelFamily::kQwen3, 9, "scatter_allgather")));
+
+// Kept blocks beside the long-sequence settings: the others' inputs in host memory and
+// the MLP in tiles (a kept block's tiled MLP still recomputes its tiles), prefetch 1
+// (the forward's slot of a kept block holds another unit by its backward), and with
+// document masking.
+TEST(EngineExactnessMore, KeptBlocksWithHostActivationsTiledMlpAndDocumentsEqualPlainAutograd) {
+  ModelConfig c = TinyShape(ModelFamily::kQwen3);
+  c.num_layers = 4;
+  const std::string dir = ::testing::TempDir() + "/exact_kept_mixed";
+  std::filesystem::remove_all(dir);
+  Weights init = MakeModelDir(c, dir + "/init", 23);
+  TrainConfig tc = BaseConfig(dir + "/init");
+  tc.policy.kept_blocks = 2;
+  tc.policy.prefetch_depth = 1;
+  tc.policy.activations = ActivationPlacement::kHost;
+  tc.policy.mlp_tile_tokens = 5;
+  ExpectClose(RunEngine(tc, c, dir + "/tiled"), ReferenceTrain(c, init, tc), 1e-5);
+  tc.policy.mlp_tile_tokens = 0;
+  tc.policy.activations = ActivationPlacement::kDevice;
+  TrainerInputs docs;
+  docs.train = testing::OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed);
+  ExpectClose(RunEngine(tc, c, dir + "/docs", std::move(docs)),
+              ReferenceTrain(c, init, tc, testing::OpenDocuments(tc.data, tc.seq_len, c.vocab_size, tc.seed)), 1e-5);
+}
+
 // Issue "Data parallel across 2 to 4 GPUs", on the CPU device (W workers, a thread each,
 // the host communicator): W = 2 and 4 with every parameter route x gradient route
 // give the weights of W = 1 with the same global batch (8 sequences a step), and each
