@@ -7,7 +7,7 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab (issue 19's A/B against .deps/ref.tar) adamw moments4
-# moments7b (issue 22's moment dtypes) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
+# moments7b (issue 22's moment dtypes) keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
@@ -120,6 +120,21 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              SLIDEDP_FUSED=$f '"$SB"' --micro_batch_size=4 --grad_accum=4 --trace=$R/t16_fused$f.json
              python3 tests/bench/trace_blocks.py $R/t16_fused$f.json --micro_batches=4 --label=fused=$f
            done' ;;
+    # Issue 20 part 2: kept blocks. The same shape with every block recomputing
+    # (--kept_blocks=0, the code before) and with the policy's count (auto), each traced,
+    # with per-block times (kept and recomputing backward apart). KEPT_RUNS: "MODEL SEQS MBS ACCUM LAYERS" rows.
+    keptab) TAILN=${TAILN:-30} step keptab ${KEPT_CAP:-330} bash -c '
+           while read -r m n mbs acc L; do
+             [ -z "$m" ] && continue
+             for k in 0 -1; do
+               o=$('"$B"'/step_bench --model=$m --steps=${KEPT_STEPS:-4} --prefetch=2 --micro_batch_size=$mbs --grad_accum=$acc \
+                   --kept_blocks=$k --trace='"$R"'/t_${m}_${n}_kept$k.json 2>&1)
+               echo "$o" | grep -E "setup|mean of|step_bench:"
+               K=$(echo "$o" | sed -n "s/.*| \([0-9]*\) blocks kept$/\1/p")
+               python3 tests/bench/trace_blocks.py '"$R"'/t_${m}_${n}_kept$k.json --micro_batches=$acc --kept=${K:-0} \
+                 --layers=$L --label="$m $n kept=$K"
+             done
+           done <<< "${KEPT_RUNS:-qwen2.5-3b 16 4 4 36}"' ;;
     # Issue 19's "the figures do not move": this tree against a reference commit's
     # (.deps/ref.tar, see tests/bench/ab_reference.sh), interleaved, 3.09B at 4 and 16 x 4096.
     refbuild) step refbuild 240 tests/bench/ab_reference.sh build ;;

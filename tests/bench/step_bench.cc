@@ -2,7 +2,7 @@
 // behind the step-time figures of tests/bench/RESULTS.md.
 // Usage: step_bench [--model=qwen2.5-3b] [--device=cuda] [--workers=1] [--seq_len=4096]
 //                   [--micro_batch_size=1] [--grad_accum=4] [--steps=4] [--loss_chunk=4096]
-//                   [--prefetch=1] [--grad_landing=auto] [--activations=auto|device|host] [--mlp_tile=0] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
+//                   [--prefetch=1] [--grad_landing=auto] [--activations=auto|device|host] [--mlp_tile=0] [--kept_blocks=-1] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
 //                   [--routes=PARAM/GRAD,...: each pair in turn over one host state]
 // Prints every step, then the mean of the steps after the first (with --steps=1, of the
 // first, warm-up included, for runs too long to repeat): s/step, tokens/s,
@@ -42,6 +42,7 @@ int Main(int argc, char** argv) {
   c.policy.grad_landing = EnumFlag<GradLanding>(argc, argv, "grad_landing", "auto");
   c.policy.activations = EnumFlag<ActivationPlacement>(argc, argv, "activations", "auto");
   c.policy.mlp_tile_tokens = std::stoll(Flag(argc, argv, "mlp_tile", "0"));
+  c.policy.kept_blocks = std::stoll(Flag(argc, argv, "kept_blocks", "-1"));
   c.policy.grad_route = EnumFlag<GradRoute>(argc, argv, "grad_route", "gather_host");
   c.policy.param_route = EnumFlag<ParamRoute>(argc, argv, "param_route", "replicate");
   c.trace_file = Flag(argc, argv, "trace", "");
@@ -55,9 +56,11 @@ int Main(int argc, char** argv) {
   const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelConfig& m = (*trainer)->model_config();
   const double params = static_cast<double>((*trainer)->num_parameters());
-  std::printf("model %s: %.3fB params, %lld layers | %s x%d | %lld sequences x %lld tokens a step | setup %.1f s\n",
+  std::printf("model %s: %.3fB params, %lld layers | %s x%d | %lld sequences x %lld tokens a step | setup %.1f s | "
+              "%lld blocks kept\n",
               c.model.c_str(), params / 1e9, static_cast<long long>(m.num_layers), NameOf(c.device), c.workers,
-              static_cast<long long>(c.global_batch_sequences()), static_cast<long long>(c.seq_len), setup);
+              static_cast<long long>(c.global_batch_sequences()), static_cast<long long>(c.seq_len), setup,
+              static_cast<long long>((*trainer)->Plan().knobs.policy.kept_blocks));
   // The step loop and its summary for the plan the trainer has now.
   auto run = [&](const std::string& label) -> bool {
     double sum_t = 0, sum_tok = 0;

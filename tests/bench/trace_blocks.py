@@ -2,8 +2,10 @@
 """Per-block GPU times from a step_bench Chrome trace (--trace=FILE): the mean and
 median of the compute stream's "forward block N" and "backward block N" spans over every
 traced step but the first (warm-up), divided by the micro-batches a unit runs per step,
-so the figures are per micro-batch (e.g. 4 x 4096 = 16K tokens).
-  trace_blocks.py TRACE --micro_batches=4 [--label=NAME]"""
+so the figures are per micro-batch (e.g. 4 x 4096 = 16K tokens). With --kept=K of
+--layers=L (policy.kept_blocks: the last K blocks keep their graph), the backward spans
+of kept blocks (no recompute) and of recomputing ones are shown apart.
+  trace_blocks.py TRACE --micro_batches=4 [--label=NAME] [--kept=K --layers=L]"""
 import argparse
 import json
 import statistics
@@ -14,16 +16,24 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--micro_batches", type=int, default=1)
     ap.add_argument("--label", default="")
+    ap.add_argument("--kept", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=0)
     a = ap.parse_args()
     events = json.load(open(a.trace))["traceEvents"]
+    first_kept = a.layers - a.kept if a.kept > 0 else 1 << 30
     spans = {"forward": [], "backward": []}
+    if a.kept > 0:
+        spans = {"forward": [], "backward (recompute)": [], "backward (kept)": []}
     for e in events:
         if e.get("ph") != "X" or e.get("pid") != 0:
             continue
         name = e["name"]
-        for phase in spans:
+        for phase in ("forward", "backward"):
             if name.startswith(phase + " block "):
-                spans[phase].append((e["ts"], e["dur"] / 1000.0))
+                key = phase
+                if phase == "backward" and a.kept > 0:
+                    key = "backward (kept)" if int(name.split()[-1]) >= first_kept else "backward (recompute)"
+                spans[key].append((e["ts"], e["dur"] / 1000.0))
     for phase, xs in spans.items():
         xs.sort()
         if not xs:
@@ -31,7 +41,7 @@ def main():
             continue
         # Drop the first step's spans: the first 1/steps of them in time order.
         per_step = max(1, len([e for e in events if e.get("ph") == "X" and e.get("pid") == 0
-                               and e["name"] == f"{phase} block 0"]))
+                               and e["name"] == "forward block 0"]))
         keep = xs[len(xs) // per_step:] if per_step > 1 else xs
         ms = [d / a.micro_batches for _, d in keep]
         print(f"{a.label} {phase} block per micro-batch: mean {statistics.mean(ms):.3f} ms, "
