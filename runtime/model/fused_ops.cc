@@ -191,21 +191,24 @@ at::Tensor SwigluOfHalves(const at::Tensor& gu) {
 }
 
 // down(silu(gate) * up) + down_b with gate | up in one [..., 2F] tensor. Saves gu and
-// down_w, not the product: backward recomputes it (one elementwise kernel) for down_w's
-// gradient. The roundings are FusedSwiglu's then at::linear's, as in the unfused graph.
+// down_w and, unless lean, the product; lean, backward recomputes the product (one
+// elementwise kernel) for down_w's gradient. The roundings are FusedSwiglu's then
+// at::linear's, as in the unfused graph. (The output is an _unsafe_view, as ATen's
+// matmul makes its own: not a view that autograd would have to track.)
 class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu_in, const at::Tensor& down_w,
-                            const c10::optional<at::Tensor>& down_b) {
+                            const c10::optional<at::Tensor>& down_b, bool lean) {
     const int64_t width = gu_in.size(-1);
     TORCH_CHECK(width % 2 == 0, "FusedSwigluDown: gate | up needs an even last dimension, got ", width);
     const at::Tensor gu = gu_in.reshape({-1, width}).contiguous();
-    at::Tensor out = Linear(SwigluOfHalves(gu), down_w, down_b.value_or(at::Tensor()));
-    ctx->save_for_backward({gu, down_w});
+    const at::Tensor act = SwigluOfHalves(gu);
+    at::Tensor out = Linear(act, down_w, down_b.value_or(at::Tensor()));
+    ctx->save_for_backward(lean ? variable_list{gu, down_w} : variable_list{gu, down_w, act});
     ctx->saved_data["bias"] = down_b.has_value() && down_b->defined();
     std::vector<int64_t> sizes = gu_in.sizes().vec();
     sizes.back() = down_w.size(0);
-    return out.view(sizes);
+    return at::_unsafe_view(out, sizes);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -214,7 +217,8 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     const at::Tensor& w = saved[1];
     const int64_t rows = gu.size(0), F = gu.size(1) / 2;
     const at::Tensor dout = grads[0].reshape({rows, w.size(0)}).contiguous();
-    at::Tensor dw = dout.t().mm(SwigluOfHalves(gu));  // the product lives only for this GEMM
+    // Lean: the product lives only for this GEMM.
+    at::Tensor dw = dout.t().mm(saved.size() > 2 ? saved[2] : SwigluOfHalves(gu));
     at::Tensor db = ctx->saved_data["bias"].toBool() ? dout.sum(0) : at::Tensor();
     const at::Tensor dact = dout.mm(w);
     at::Tensor dgu = at::empty_like(gu);
@@ -222,7 +226,7 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     Run(gu, a, fused::cpu::SwigluBackward, SLIDEDP_CUDA_LAUNCHER(fused::cuda::SwigluBackward));
     std::vector<int64_t> sizes = grads[0].sizes().vec();  // the input's: the output's, last 2F
     sizes.back() = 2 * F;
-    return {dgu.view(sizes), dw, db};
+    return {dgu.view(sizes), dw, db, at::Tensor()};
   }
 };
 
@@ -270,7 +274,7 @@ class LinearsFunction : public torch::autograd::Function<LinearsFunction> {
     ctx->saved_data["bias"] = !biases.empty();
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = w.size(0);
-    return y.view(sizes);
+    return at::_unsafe_view(y, sizes);  // as SwigluDownFunction's output
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -336,9 +340,9 @@ at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up) {
   return SwigluFunction::apply(gate, up);
 }
 
-at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b) {
-  return SwigluDownFunction::apply(gu, down_w, down_b.defined() ? c10::optional<at::Tensor>(down_b)
-                                                                 : c10::optional<at::Tensor>());
+at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b, bool lean) {
+  return SwigluDownFunction::apply(
+      gu, down_w, down_b.defined() ? c10::optional<at::Tensor>(down_b) : c10::optional<at::Tensor>(), lean);
 }
 
 at::Tensor FusedLinears(const at::Tensor& x, const std::vector<at::Tensor>& weights,

@@ -40,10 +40,13 @@ at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up);
 
 // The MLP's down projection of SwiGLU, down(silu(gate) * up) + down_b, with gate and up
 // the two halves of gu [..., 2F] (FusedLinears over gate_proj and up_proj); down_w
-// [H, F], down_b [H] or undefined; returns [..., H]. Lean: autograd keeps gu and down_w
-// but not the product [..., F], which backward recomputes with the SwiGLU kernel; the
-// roundings are those of FusedSwiglu followed by at::linear.
-at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b);
+// [H, F], down_b [H] or undefined; returns [..., H]. `lean`: autograd keeps gu and
+// down_w but not the product [..., F], which backward recomputes with the SwiGLU kernel
+// (for a graph kept from forward to backward); otherwise it keeps the product too (for a
+// graph that backward uses at once, as TiledMlp's recompute). The roundings are those
+// of FusedSwiglu followed by at::linear.
+at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b,
+                           bool lean = true);
 
 // Linears of one input as one GEMM: x [..., in] times weights[i] [out_i, in] stacked
 // along their rows, plus biases[i] [out_i] stacked (all defined or all undefined);

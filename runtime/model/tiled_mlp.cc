@@ -21,11 +21,12 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
-// Fused (fused_ops.h): gate and up as one GEMM, then the down projection that keeps no
-// [.., FFN] product for backward. Otherwise ATen's ops, the reference.
-at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused) {
+// Fused (fused_ops.h): gate and up as one GEMM, then the down projection, `lean` (it
+// keeps no [.., FFN] product for backward) where the graph lives from forward to
+// backward. Otherwise ATen's ops, the reference.
+at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, bool lean = true) {
   if (fused) {
-    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b);
+    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b, lean);
   }
   return Linear(at::silu(Linear(h, w.gate_w, w.gate_b)) * Linear(h, w.up_w, w.up_b), w.down_w, w.down_b);
 }
@@ -87,7 +88,8 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
       at::AutoGradMode grad_mode(true);
       variable_list inputs{h.narrow(1, s, n).detach().requires_grad_(true)};
       for (size_t i = 0; i < K; ++i) inputs.push_back(saved[1 + i].detach().requires_grad_(true));
-      const at::Tensor y = Mlp(Unpack(at::TensorList(inputs).slice(1), present), inputs[0], fused);
+      const at::Tensor y = Mlp(Unpack(at::TensorList(inputs).slice(1), present), inputs[0], fused,
+                               /*lean=*/false);  // this tile's graph is used at once
       const variable_list g = torch::autograd::grad({y}, inputs, {gy.narrow(1, s, n)});
       gh.narrow(1, s, n).copy_(g[0]);
       for (size_t i = 0; i < K; ++i) {

@@ -158,12 +158,14 @@ TEST(FusedOps, RopeReadsStridedViewsInPlace) {
   }
 }
 
-// The lean down projection against silu(gate) * up then a linear, on gate | up halves
-// of one tensor; odd sizes, with and without the bias.
+// The down projection of SwiGLU, lean (the product recomputed in backward) or not,
+// against silu(gate) * up then a linear, on gate | up halves of one tensor; odd sizes,
+// with and without the bias.
 TEST(FusedOps, SwigluDownMatchesAtenForwardAndEveryGradient) {
   at::manual_seed(8);
   for (const at::Device& dev : Devices()) {
-    for (bool bias : {false, true}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool bias = variant & 1, lean = variant < 2;
       const int64_t B = 3, T = 7, H = 45, F = 133;
       const at::Tensor gu0 = Randn({B, T, 2 * F}, dev, 2.0), w0 = Randn({H, F}, dev, 0.1);
       const at::Tensor b0 = bias ? Randn({H}, dev) : at::Tensor(), gy = Randn({B, T, H}, dev);
@@ -171,10 +173,10 @@ TEST(FusedOps, SwigluDownMatchesAtenForwardAndEveryGradient) {
       at::Tensor ba = bias ? Leaf(b0) : at::Tensor(), bf = bias ? Leaf(b0) : at::Tensor();
       const at::Tensor act = at::silu(gua.narrow(-1, 0, F)) * gua.narrow(-1, F, F);
       const at::Tensor ya = bias ? at::linear(act, wa, ba) : at::linear(act, wa);
-      const at::Tensor yf = FusedSwigluDown(guf, wf, bf);
+      const at::Tensor yf = FusedSwigluDown(guf, wf, bf, lean);
       ya.backward(gy);
       yf.backward(gy);
-      const std::string what = dev.str() + (bias ? " with bias" : " without bias");
+      const std::string what = dev.str() + (bias ? " with bias" : " without bias") + (lean ? " lean" : "");
       ExpectClose(yf, ya, what + " y");
       ExpectClose(guf.grad(), gua.grad(), what + " d(gate | up)");
       ExpectClose(wf.grad(), wa.grad(), what + " d down_w");
