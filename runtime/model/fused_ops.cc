@@ -259,6 +259,12 @@ at::Tensor Stack(at::TensorList parts) {
 // again in backward rather than kept: it is a few MB a block, next to a GEMM of every
 // token). Saves x and the weights (the same as separate linears). Backward: one GEMM for
 // all the weights' gradients, returned as row slices of it, one for x.
+// Why a function of its own rather than at::linear(x, at::cat(weights)): autograd would
+// keep the cat for backward, 2 x FFN x H bf16 a block for gate/up (90 MB for
+// Qwen2.5-3B) in every block that keeps its graph; and with the engine's leaf per
+// parameter (ViewBlock), a [2F, H] view reaching from gate_w's leaf into up_w's memory
+// is not something autograd can give per-leaf gradients through. Inside this function
+// the view is plain memory, and backward hands each leaf its own rows.
 class LinearsFunction : public torch::autograd::Function<LinearsFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
