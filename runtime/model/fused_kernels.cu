@@ -1,6 +1,7 @@
 // CUDA kernels of fused_kernels.h: a warp per row for RMSNorm (its sums in warp
 // shuffles; the weight gradient in per-block fp32 partials in shared memory), one thread
-// per rotated pair for RoPE, a grid-stride loop for SwiGLU. bf16 in and out, fp32 math.
+// per rotated pair for RoPE, grid-stride loops for SwiGLU (over elements, or over rows
+// when gate and up are the halves of one tensor). bf16 in and out, fp32 math.
 // Launched on the caller's stream; no synchronization here.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -107,21 +108,48 @@ __global__ void RopeKernel(RopeArgs a) {
 
 __device__ __forceinline__ float Sigmoid(float g) { return 1.0f / (1.0f + __expf(-g)); }
 
+// Contiguous operands (ld == cols): one grid-stride loop over all elements. Strided
+// (the halves of one [rows, 2 * cols] tensor): a grid-stride loop over rows, the block's
+// threads along the row, so no element needs an index division.
 __global__ void SwigluKernel(SwigluArgs a) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = ToF(a.gate[i]);
-    a.out[i] = ToB(g * Sigmoid(g) * ToF(a.up[i]));
+  if (a.ld == a.cols) {
+    const int64_t n = a.rows * a.cols;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const float g = ToF(a.gate[i]);
+      a.out[i] = ToB(g * Sigmoid(g) * ToF(a.up[i]));
+    }
+    return;
+  }
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    const uint16_t* gate = a.gate + r * a.ld;
+    const uint16_t* up = a.up + r * a.ld;
+    uint16_t* out = a.out + r * a.cols;
+    for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) {
+      const float g = ToF(gate[c]);
+      out[c] = ToB(g * Sigmoid(g) * ToF(up[c]));
+    }
   }
 }
 
+__device__ __forceinline__ void SwigluGrad(const SwigluGradArgs& a, int64_t in, int64_t dy_at) {
+  const float g = ToF(a.gate[in]), u = ToF(a.up[in]), dy = ToF(a.dy[dy_at]);
+  const float sg = Sigmoid(g);
+  a.dgate[in] = ToB(dy * u * sg * (1.0f + g * (1.0f - sg)));
+  a.dup[in] = ToB(dy * g * sg);
+}
+
 __global__ void SwigluBackwardKernel(SwigluGradArgs a) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = ToF(a.gate[i]), u = ToF(a.up[i]), dy = ToF(a.dy[i]);
-    const float sg = Sigmoid(g);
-    a.dgate[i] = ToB(dy * u * sg * (1.0f + g * (1.0f - sg)));
-    a.dup[i] = ToB(dy * g * sg);
+  if (a.ld == a.cols) {
+    const int64_t n = a.rows * a.cols;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      SwigluGrad(a, i, i);
+    }
+    return;
+  }
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) SwigluGrad(a, r * a.ld + c, r * a.cols + c);
   }
 }
 
@@ -196,6 +224,11 @@ int GridFor(int64_t work, int threads) {
   return static_cast<int>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
 }
 
+// Flat: a thread per element up to the grid's cap. Strided: a block per row up to it.
+int SwigluGrid(int64_t rows, int64_t cols, int64_t ld) {
+  return ld == cols ? GridFor(rows * cols, 256) : GridFor(rows * 256, 256);
+}
+
 const char* Launched(const char* what) {
   return cudaGetLastError() == cudaSuccess ? nullptr : what;
 }
@@ -234,14 +267,14 @@ const char* Rope(const RopeArgs& a, void* stream) {
 }
 
 const char* Swiglu(const SwigluArgs& a, void* stream) {
-  if (a.n == 0) return nullptr;
-  SwigluKernel<<<GridFor(a.n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  if (a.rows * a.cols == 0) return nullptr;
+  SwigluKernel<<<SwigluGrid(a.rows, a.cols, a.ld), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("SwigluKernel launch");
 }
 
 const char* SwigluBackward(const SwigluGradArgs& a, void* stream) {
-  if (a.n == 0) return nullptr;
-  SwigluBackwardKernel<<<GridFor(a.n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  if (a.rows * a.cols == 0) return nullptr;
+  SwigluBackwardKernel<<<SwigluGrid(a.rows, a.cols, a.ld), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("SwigluBackwardKernel launch");
 }
 

@@ -61,21 +61,29 @@ struct RopeArgs {
   bool backward;
 };
 
-// out = bf16(silu(gate) * up), all [n] contiguous.
+// out = bf16(silu(gate) * up) over [rows, cols]: out contiguous; gate and up with rows
+// `ld` elements apart (ld == cols: contiguous; ld == 2 * cols: the two halves of one
+// [rows, 2 * cols] tensor, as FusedLinears makes gate and up). The lean MLP's backward
+// recomputes its product with this kernel.
 struct SwigluArgs {
   const uint16_t* gate;
   const uint16_t* up;
   uint16_t* out;
-  int64_t n;
+  int64_t rows;
+  int64_t cols;
+  int64_t ld;
 };
-// dgate = dy * up * silu'(gate), dup = dy * silu(gate).
+// dgate = dy * up * silu'(gate), dup = dy * silu(gate): dy contiguous [rows, cols];
+// gate, up, dgate and dup with rows `ld` elements apart, as in SwigluArgs.
 struct SwigluGradArgs {
   const uint16_t* dy;
   const uint16_t* gate;
   const uint16_t* up;
   uint16_t* dgate;
   uint16_t* dup;
-  int64_t n;
+  int64_t rows;
+  int64_t cols;
+  int64_t ld;
 };
 
 // Cross-entropy over bf16 logits [rows, vocab] (fp32 math), in place: each row's logits

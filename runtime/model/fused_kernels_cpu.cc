@@ -102,18 +102,23 @@ void Rope(const RopeArgs& a) {
 }
 
 void Swiglu(const SwigluArgs& a) {
-  for (int64_t i = 0; i < a.n; ++i) {
-    const float g = ToF(a.gate[i]);
-    a.out[i] = ToB(g * Sigmoid(g) * ToF(a.up[i]));
+  for (int64_t r = 0; r < a.rows; ++r) {
+    for (int64_t c = 0; c < a.cols; ++c) {
+      const float g = ToF(a.gate[r * a.ld + c]);
+      a.out[r * a.cols + c] = ToB(g * Sigmoid(g) * ToF(a.up[r * a.ld + c]));
+    }
   }
 }
 
 void SwigluBackward(const SwigluGradArgs& a) {
-  for (int64_t i = 0; i < a.n; ++i) {
-    const float g = ToF(a.gate[i]), u = ToF(a.up[i]), dy = ToF(a.dy[i]);
-    const float sg = Sigmoid(g);
-    a.dgate[i] = ToB(dy * u * sg * (1.0f + g * (1.0f - sg)));
-    a.dup[i] = ToB(dy * g * sg);
+  for (int64_t r = 0; r < a.rows; ++r) {
+    for (int64_t c = 0; c < a.cols; ++c) {
+      const int64_t i = r * a.ld + c;
+      const float g = ToF(a.gate[i]), u = ToF(a.up[i]), dy = ToF(a.dy[r * a.cols + c]);
+      const float sg = Sigmoid(g);
+      a.dgate[i] = ToB(dy * u * sg * (1.0f + g * (1.0f - sg)));
+      a.dup[i] = ToB(dy * g * sg);
+    }
   }
 }
 

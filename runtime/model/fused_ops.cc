@@ -126,15 +126,17 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
 class RopeFunction : public torch::autograd::Function<RopeFunction> {
  public:
   // x [B, T, H, D] -> [B, H, T, D].
+  // The kernel reads x through its strides (only D's must be 1): q, k as views of the
+  // one QKV projection (FusedLinears) cost no copy.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& cos,
                             const at::Tensor& sin) {
-    const at::Tensor x = x_in.contiguous();
+    const at::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
     const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
     at::Tensor out = at::empty({B, H, T, D}, x.options());
     const at::Tensor c = cos.contiguous(), s = sin.contiguous();
     const int64_t row_b = c.dim() == 2 ? 0 : T;
     fused::RopeArgs a{CBits(x), Bits(out), c.data_ptr<float>(), s.data_ptr<float>(), B, H, T, D,
-                      T * H * D, D, H * D, H * T * D, T * D, D, row_b, /*backward=*/false};
+                      x.stride(0), x.stride(2), x.stride(1), H * T * D, T * D, D, row_b, /*backward=*/false};
     Run(x, a, fused::cpu::Rope, SLIDEDP_CUDA_LAUNCHER(fused::cuda::Rope));
     ctx->save_for_backward({c, s});
     return out;
@@ -158,7 +160,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_in, const at::Tensor& up_in) {
     const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
     at::Tensor out = at::empty_like(gate);
-    fused::SwigluArgs a{CBits(gate), CBits(up), Bits(out), gate.numel()};
+    fused::SwigluArgs a{CBits(gate), CBits(up), Bits(out), 1, gate.numel(), gate.numel()};
     Run(gate, a, fused::cpu::Swiglu, SLIDEDP_CUDA_LAUNCHER(fused::cuda::Swiglu));
     ctx->save_for_backward({gate, up});
     return out;
@@ -169,9 +171,136 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const at::Tensor dy = grads[0].contiguous();
     at::Tensor dgate = at::empty_like(saved[0]), dup = at::empty_like(saved[1]);
     fused::SwigluGradArgs a{CBits(dy), CBits(saved[0]), CBits(saved[1]), Bits(dgate), Bits(dup),
-                            dy.numel()};
+                            1, dy.numel(), dy.numel()};
     Run(dy, a, fused::cpu::SwigluBackward, SLIDEDP_CUDA_LAUNCHER(fused::cuda::SwigluBackward));
     return {dgate, dup};
+  }
+};
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+}
+
+// silu(gate) * up [rows, F] of gu [rows, 2F] contiguous (gate | up), one kernel.
+at::Tensor SwigluOfHalves(const at::Tensor& gu) {
+  const int64_t rows = gu.size(0), F = gu.size(1) / 2;
+  at::Tensor act = at::empty({rows, F}, gu.options());
+  fused::SwigluArgs a{CBits(gu), CBits(gu) + F, Bits(act), rows, F, 2 * F};
+  Run(gu, a, fused::cpu::Swiglu, SLIDEDP_CUDA_LAUNCHER(fused::cuda::Swiglu));
+  return act;
+}
+
+// down(silu(gate) * up) + down_b with gate | up in one [..., 2F] tensor. Saves gu and
+// down_w and, unless lean, the product; lean, backward recomputes the product (one
+// elementwise kernel) for down_w's gradient. The roundings are FusedSwiglu's then
+// at::linear's, as in the unfused graph. (The output is an _unsafe_view, as ATen's
+// matmul makes its own: not a view that autograd would have to track.)
+class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu_in, const at::Tensor& down_w,
+                            const c10::optional<at::Tensor>& down_b, bool lean) {
+    const int64_t width = gu_in.size(-1);
+    TORCH_CHECK(width % 2 == 0, "FusedSwigluDown: gate | up needs an even last dimension, got ", width);
+    const at::Tensor gu = gu_in.reshape({-1, width}).contiguous();
+    const at::Tensor act = SwigluOfHalves(gu);
+    at::Tensor out = Linear(act, down_w, down_b.value_or(at::Tensor()));
+    ctx->save_for_backward(lean ? variable_list{gu, down_w} : variable_list{gu, down_w, act});
+    ctx->saved_data["bias"] = down_b.has_value() && down_b->defined();
+    std::vector<int64_t> sizes = gu_in.sizes().vec();
+    sizes.back() = down_w.size(0);
+    return at::_unsafe_view(out, sizes);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& gu = saved[0];
+    const at::Tensor& w = saved[1];
+    const int64_t rows = gu.size(0), F = gu.size(1) / 2;
+    const at::Tensor dout = grads[0].reshape({rows, w.size(0)}).contiguous();
+    // Lean: the product lives only for this GEMM.
+    at::Tensor dw = dout.t().mm(saved.size() > 2 ? saved[2] : SwigluOfHalves(gu));
+    at::Tensor db = ctx->saved_data["bias"].toBool() ? dout.sum(0) : at::Tensor();
+    const at::Tensor dact = dout.mm(w);
+    at::Tensor dgu = at::empty_like(gu);
+    fused::SwigluGradArgs a{CBits(dact), CBits(gu), CBits(gu) + F, Bits(dgu), Bits(dgu) + F, rows, F, 2 * F};
+    Run(gu, a, fused::cpu::SwigluBackward, SLIDEDP_CUDA_LAUNCHER(fused::cuda::SwigluBackward));
+    std::vector<int64_t> sizes = grads[0].sizes().vec();  // the input's: the output's, last 2F
+    sizes.back() = 2 * F;
+    return {dgu.view(sizes), dw, db, at::Tensor()};
+  }
+};
+
+// `parts` ([rows_i, ...] each, same trailing sizes) stacked along dim 0: a view over
+// their storage when they lie back to back in it (gate_proj and up_proj in a unit's flat
+// buffer without MLP biases, param_layout.cc), else a copy. Either way the caller keeps
+// it only for one GEMM: autograd saves the parts, which are parameters anyway.
+at::Tensor Stack(at::TensorList parts) {
+  if (parts.size() == 1) return parts[0];
+  const at::Tensor& first = parts[0];
+  bool adjacent = true;
+  int64_t rows = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const at::Tensor& p = parts[i];
+    rows += p.size(0);
+    adjacent = adjacent && p.is_contiguous() && p.dim() == first.dim() && p.dtype() == first.dtype() &&
+               p.sizes().slice(1) == first.sizes().slice(1) && p.storage().is_alias_of(first.storage()) &&
+               (i == 0 || p.storage_offset() == parts[i - 1].storage_offset() + parts[i - 1].numel());
+  }
+  if (!adjacent) return at::cat(parts, 0);
+  std::vector<int64_t> sizes = first.sizes().vec();
+  sizes[0] = rows;
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size() - 1; d > 0; --d) strides[d - 1] = strides[d] * sizes[d];
+  return first.as_strided(sizes, strides, first.storage_offset());
+}
+
+// x [..., in] -> [..., sum out_i]: the linears of one input as one GEMM over the stacked
+// weights (Stack: a view where they are adjacent; otherwise the copy of at::cat, made
+// again in backward rather than kept: it is a few MB a block, next to a GEMM of every
+// token). Saves x and the weights (the same as separate linears). Backward: one GEMM for
+// all the weights' gradients, returned as row slices of it, one for x.
+// Why a function of its own rather than at::linear(x, at::cat(weights)): autograd would
+// keep the cat for backward, 2 x FFN x H bf16 a block for gate/up (90 MB for
+// Qwen2.5-3B) in every block that keeps its graph; and with the engine's leaf per
+// parameter (ViewBlock), a [2F, H] view reaching from gate_w's leaf into up_w's memory
+// is not something autograd can give per-leaf gradients through. Inside this function
+// the view is plain memory, and backward hands each leaf its own rows.
+class LinearsFunction : public torch::autograd::Function<LinearsFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
+                            at::TensorList biases) {
+    TORCH_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
+                "FusedLinears: every weight needs a bias, or none does");
+    const at::Tensor w = Stack(weights);
+    const at::Tensor b = biases.empty() ? at::Tensor() : Stack(biases);
+    at::Tensor y = Linear(x.reshape({-1, x.size(-1)}), w, b);
+    variable_list saved{x};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["bias"] = !biases.empty();
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = w.size(0);
+    return at::_unsafe_view(y, sizes);  // as SwigluDownFunction's output
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::TensorList weights = at::TensorList(saved).slice(1);
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    const at::Tensor dy = grads[0].reshape({x2.size(0), -1}).contiguous();
+    const at::Tensor dw = dy.t().mm(x2);
+    const at::Tensor db = ctx->saved_data["bias"].toBool() ? dy.sum(0) : at::Tensor();
+    variable_list result{dy.mm(Stack(weights)).view(x.sizes())};
+    std::vector<at::Tensor> dbs;
+    int64_t row = 0;
+    for (const at::Tensor& w : weights) {
+      result.push_back(dw.narrow(0, row, w.size(0)));
+      if (db.defined()) dbs.push_back(db.narrow(0, row, w.size(0)));
+      row += w.size(0);
+    }
+    result.insert(result.end(), dbs.begin(), dbs.end());
+    return result;
   }
 };
 
@@ -215,6 +344,22 @@ at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 
 at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up) {
   return SwigluFunction::apply(gate, up);
+}
+
+at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b, bool lean) {
+  return SwigluDownFunction::apply(
+      gu, down_w, down_b.defined() ? c10::optional<at::Tensor>(down_b) : c10::optional<at::Tensor>(), lean);
+}
+
+at::Tensor FusedLinears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                        const std::vector<at::Tensor>& biases) {
+  std::vector<at::Tensor> defined;
+  for (const at::Tensor& b : biases) {
+    if (b.defined()) defined.push_back(b);
+  }
+  TORCH_CHECK(defined.empty() || defined.size() == weights.size(),
+              "FusedLinears: every weight needs a bias, or none does");
+  return LinearsFunction::apply(x, at::TensorList(weights), at::TensorList(defined));
 }
 
 LinearCrossEntropy FusedLinearCrossEntropy(const at::Tensor& h_in, const at::Tensor& w,

@@ -1,13 +1,16 @@
 // The fused elementwise parts of a decoder block as autograd-aware ATen functions:
 // RMSNorm (optionally with the residual add before it), RoPE and SwiGLU, each one
 // kernel forward and one backward (fused_kernels.h) instead of ATen's chains of
-// elementwise kernels and casts. Used by transformer.cc on the CUDA device; the CPU
+// elementwise kernels and casts; the projections that share an input (q/k/v, gate/up) as
+// one GEMM; the MLP's down projection without keeping the SwiGLU product for backward.
+// Used by transformer.cc on the CUDA device; the CPU
 // device keeps the ATen composition, which stays the exact reference. On CPU tensors
 // these run the kernels' C++ reference (for tests). Called from a worker's thread on
 // its current stream.
 #pragma once
 
 #include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -27,13 +30,32 @@ at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
 std::pair<at::Tensor, at::Tensor> FusedAddRmsNorm(const at::Tensor& x, const at::Tensor& residual,
                                                   const at::Tensor& weight, double eps);
 
-// RoPE of x [B, T, heads, D] (the projection's layout) with fp32 tables cos/sin [T', D]
-// (positions 0..T-1 used) or [B, 1, T, D] (per token); returns [B, heads, T, D]
-// contiguous, attention's layout.
+// RoPE of x [B, T, heads, D] (the projection's layout; any strides, read in place where
+// D's is 1) with fp32 tables cos/sin [T', D] (positions 0..T-1 used) or [B, 1, T, D] (per
+// token); returns [B, heads, T, D] contiguous, attention's layout.
 at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // silu(gate) * up.
 at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up);
+
+// The MLP's down projection of SwiGLU, down(silu(gate) * up) + down_b, with gate and up
+// the two halves of gu [..., 2F] (FusedLinears over gate_proj and up_proj); down_w
+// [H, F], down_b [H] or undefined; returns [..., H]. `lean`: autograd keeps gu and
+// down_w but not the product [..., F], which backward recomputes with the SwiGLU kernel
+// (for a graph kept from forward to backward); otherwise it keeps the product too (for a
+// graph that backward uses at once, as TiledMlp's recompute). The roundings are those
+// of FusedSwiglu followed by at::linear.
+at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b,
+                           bool lean = true);
+
+// Linears of one input as one GEMM: x [..., in] times weights[i] [out_i, in] stacked
+// along their rows, plus biases[i] [out_i] stacked (all defined or all undefined);
+// returns [..., sum out_i], output i in its columns out_0 + ... + out_{i-1} onward. Each
+// weight and bias gets its own gradient. Where the weights lie back to back in one
+// storage (a unit's flat buffer, param_layout.cc) the stack is a view of them, else a
+// copy made in forward and again in backward (autograd keeps only x and the weights).
+at::Tensor FusedLinears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                        const std::vector<at::Tensor>& biases);
 
 // The LM head's loss and gradients without autograd and without fp32 logits: logits =
 // h [n, H] x w [V, H]^T in bf16, one chunk at a time (the caller chunks), cross-entropy

@@ -21,22 +21,23 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
-// silu(gate) * up: one fused kernel on the CUDA device (fused_ops.h), ATen's on the CPU.
-at::Tensor Swiglu(const at::Tensor& gate, const at::Tensor& up) {
-  return UseFusedOps(gate) ? FusedSwiglu(gate, up) : at::silu(gate) * up;
-}
-
-at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h) {
-  return Linear(Swiglu(Linear(h, w.gate_w, w.gate_b), Linear(h, w.up_w, w.up_b)), w.down_w, w.down_b);
+// Fused (fused_ops.h): gate and up as one GEMM, then the down projection, `lean` (it
+// keeps no [.., FFN] product for backward) where the graph lives from forward to
+// backward. Otherwise ATen's ops, the reference.
+at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, bool lean = true) {
+  if (fused) {
+    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b, lean);
+  }
+  return Linear(at::silu(Linear(h, w.gate_w, w.gate_b)) * Linear(h, w.up_w, w.up_b), w.down_w, w.down_b);
 }
 
 // Forward only (no graph), tile by tile into one output.
-at::Tensor ForwardInTiles(const MlpWeights& w, const at::Tensor& h, int64_t tile) {
+at::Tensor ForwardInTiles(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused) {
   const int64_t T = h.size(1);
   at::Tensor out = at::empty_like(h);
   for (int64_t s = 0; s < T; s += tile) {
     const int64_t n = std::min(tile, T - s);
-    out.narrow(1, s, n).copy_(Mlp(w, h.narrow(1, s, n)));
+    out.narrow(1, s, n).copy_(Mlp(w, h.narrow(1, s, n), fused));
   }
   return out;
 }
@@ -60,13 +61,14 @@ MlpWeights Unpack(at::TensorList list, int64_t present) {
 class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, at::TensorList weights,
-                            int64_t present, int64_t tile) {
-    at::Tensor out = ForwardInTiles(Unpack(weights, present), h, tile);
+                            int64_t present, int64_t tile, bool fused) {
+    at::Tensor out = ForwardInTiles(Unpack(weights, present), h, tile, fused);
     variable_list saved{h};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["present"] = present;
     ctx->saved_data["tile"] = tile;
+    ctx->saved_data["fused"] = fused;
     return out;
   }
 
@@ -75,6 +77,7 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
     const at::Tensor h = saved[0];
     const int64_t present = ctx->saved_data["present"].toInt();
     const int64_t tile = ctx->saved_data["tile"].toInt();
+    const bool fused = ctx->saved_data["fused"].toBool();
     const at::Tensor& gy = grad_outputs[0];
     const int64_t T = h.size(1);
     const size_t K = saved.size() - 1;
@@ -85,7 +88,8 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
       at::AutoGradMode grad_mode(true);
       variable_list inputs{h.narrow(1, s, n).detach().requires_grad_(true)};
       for (size_t i = 0; i < K; ++i) inputs.push_back(saved[1 + i].detach().requires_grad_(true));
-      const at::Tensor y = Mlp(Unpack(at::TensorList(inputs).slice(1), present), inputs[0]);
+      const at::Tensor y = Mlp(Unpack(at::TensorList(inputs).slice(1), present), inputs[0], fused,
+                               /*lean=*/false);  // this tile's graph is used at once
       const variable_list g = torch::autograd::grad({y}, inputs, {gy.narrow(1, s, n)});
       gh.narrow(1, s, n).copy_(g[0]);
       for (size_t i = 0; i < K; ++i) {
@@ -100,6 +104,7 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
     for (size_t i = 0; i < K; ++i) result.push_back(gw[i].to(saved[1 + i].scalar_type()));
     result.push_back(at::Tensor());  // present
     result.push_back(at::Tensor());  // tile
+    result.push_back(at::Tensor());  // fused
     return result;
   }
 };
@@ -107,8 +112,12 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
 }  // namespace
 
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile) {
+  return TiledMlp(w, h, tile, UseFusedOps(h));
+}
+
+at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused) {
   const int64_t T = h.size(1);
-  if (tile <= 0 || tile >= T) return Mlp(w, h);
+  if (tile <= 0 || tile >= T) return Mlp(w, h, fused);
   MlpWeights copy = w;
   std::vector<at::Tensor> defined;
   int64_t present = 0;
@@ -119,8 +128,8 @@ at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile) {
       defined.push_back(*slots[i]);
     }
   }
-  if (!c10::GradMode::is_enabled()) return ForwardInTiles(w, h, tile);  // no graph to keep
-  return TiledMlpFunction::apply(h, at::TensorList(defined), present, tile);
+  if (!c10::GradMode::is_enabled()) return ForwardInTiles(w, h, tile, fused);  // no graph to keep
+  return TiledMlpFunction::apply(h, at::TensorList(defined), present, tile, fused);
 }
 
 int64_t AutoMlpTile(int64_t rows, int64_t seq_len, int64_t ffn, int64_t element_bytes, int64_t budget_bytes) {

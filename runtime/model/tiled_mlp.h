@@ -19,6 +19,10 @@ struct MlpWeights {
 // h [B, T, H] -> [B, T, H]. `tile` <= 0 or >= T computes it whole (plain autograd, no
 // recompute); otherwise in tiles of `tile` positions (the last one shorter). Gradients of
 // the weights are summed over tiles in fp32 and rounded once to the weights' dtype.
+// With `fused` (fused_ops.h: bf16 tensors), gate and up are one GEMM and the untiled
+// MLP keeps for backward its input, gate | up [rows, T, 2 * FFN] and the weights, not
+// the SwiGLU product; the overload without it fuses where UseFusedOps(h).
+at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused);
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile);
 
 // The tile the policy uses when the job does not fix one: the whole sequence while one

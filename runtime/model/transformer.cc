@@ -224,21 +224,32 @@ TokenLayout DocumentLayout(const ModelConfig& c, const at::Tensor& positions, co
   return layout;
 }
 
-namespace {
-
-// BlockForward with the fused kernels (fused_ops.h): the same math, with RMSNorm, the
-// residual add before the post-attention norm, RoPE and (in TiledMlp) SwiGLU each one
-// kernel. RoPE takes the projections in their [B, T, heads, D] layout and writes
+// The fused kernels (fused_ops.h), the same math: RMSNorm, the residual add before the
+// post-attention norm, RoPE and SwiGLU each one kernel; q/k/v one GEMM and gate/up one
+// GEMM (FusedLinears). RoPE reads q and k in place as views of the QKV output and writes
 // attention's [B, heads, T, D], so no transposed copies are made.
+//
+// What autograd keeps per token between forward and backward (bf16 unless said): x, its
+// rstd (fp32), h (the QKV GEMM's input), q and k after RoPE, v, attention's output (also
+// o_proj's input; plus attention's fp32 logsumexp per head), x1 and its rstd, h2 (the
+// gate/up GEMM's input), gate | up (2 x FFN). Not the SwiGLU product (FusedSwigluDown
+// recomputes it), nor the QKV output: v is copied out of it (kv_heads x D a token) so
+// that attention's saved v does not hold q's and k's columns too; with q/k norms (Qwen3)
+// those norms read a contiguous copy of q and k, which they keep in place of the GEMM's
+// output.
 at::Tensor FusedBlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
                              const TokenLayout& layout, int64_t mlp_tile) {
   const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
 
   at::Tensor h = FusedRmsNorm(x, p.input_norm, c.rms_norm_eps);
-  at::Tensor q = Linear(h, p.q_w, p.q_b).view({B, T, nh, D});
-  at::Tensor k = Linear(h, p.k_w, p.k_b).view({B, T, nkv, D});
-  at::Tensor v = Linear(h, p.v_w, p.v_b).view({B, T, nkv, D}).transpose(1, 2);
+  // Views of one [B, T, (nh + 2 nkv) D] output. split_with_sizes, not three narrows:
+  // its backward puts the three gradients into one tensor in one copy.
+  const std::vector<at::Tensor> qkv = at::split_with_sizes(
+      FusedLinears(h, {p.q_w, p.k_w, p.v_w}, {p.q_b, p.k_b, p.v_b}), {nh * D, nkv * D, nkv * D}, -1);
+  at::Tensor q = qkv[0].view({B, T, nh, D});
+  at::Tensor k = qkv[1].view({B, T, nkv, D});
+  at::Tensor v = qkv[2].contiguous().view({B, T, nkv, D}).transpose(1, 2);
   if (c.qk_norm) {
     q = FusedRmsNorm(q, p.q_norm, c.rms_norm_eps);
     k = FusedRmsNorm(k, p.k_norm, c.rms_norm_eps);
@@ -252,10 +263,8 @@ at::Tensor FusedBlockForward(const ModelConfig& c, const BlockParams& p, const a
   a = a.transpose(1, 2).reshape({B, T, nh * D});
   auto [x1, h2] = FusedAddRmsNorm(x, Linear(a, p.o_w, p.o_b), p.post_norm, c.rms_norm_eps);
   const MlpWeights mlp{p.gate_w, p.gate_b, p.up_w, p.up_b, p.down_w, p.down_b};
-  return x1 + TiledMlp(mlp, h2, mlp_tile);
+  return x1 + TiledMlp(mlp, h2, mlp_tile, /*fused=*/true);
 }
-
-}  // namespace
 
 at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
                         const TokenLayout& layout, int64_t mlp_tile) {
@@ -291,7 +300,7 @@ at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Te
 
   at::Tensor h2 = RmsNorm(x1, p.post_norm, c.rms_norm_eps);
   const MlpWeights mlp{p.gate_w, p.gate_b, p.up_w, p.up_b, p.down_w, p.down_b};
-  return x1 + TiledMlp(mlp, h2, mlp_tile);
+  return x1 + TiledMlp(mlp, h2, mlp_tile, /*fused=*/false);
 }
 
 at::Tensor HeadLogits(const ModelConfig& c, const at::Tensor& norm_weight, const at::Tensor& lm_head,

@@ -67,6 +67,12 @@ at::Tensor EmbeddingForward(const at::Tensor& table, const at::Tensor& ids);
 at::Tensor BlockForward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
                         const TokenLayout& layout, int64_t mlp_tile = 0);
 
+// BlockForward's path on the CUDA device with the fused kernels (fused_ops.h), which
+// BlockForward takes where UseFusedOps(x); bf16 tensors. Callable on CPU tensors, where
+// the kernels' C++ reference runs: the tests check the whole fused block there.
+at::Tensor FusedBlockForward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
+                             const TokenLayout& layout, int64_t mlp_tile = 0);
+
 // The head unit's final-norm weight and LM-head matrix: views into `head` ([numel] of
 // the head unit), the LM head being the embedding table `table` (a view of unit 0's
 // flat tensor) when the layout ties them.

@@ -138,6 +138,104 @@ TEST(FusedOps, SwigluMatchesAten) {
   }
 }
 
+TEST(FusedOps, RopeReadsStridedViewsInPlace) {
+  at::manual_seed(7);
+  ModelConfig c = PresetConfig("tiny").value();
+  for (const at::Device& dev : Devices()) {
+    const int64_t B = 2, T = 9, H = 3, D = c.head_dim;
+    const RopeTables t = MakeRope(c, 16, dev);
+    // q's columns of a QKV output [B, T, (H + 2) D], as the fused block makes them.
+    const at::Tensor wide0 = Randn({B, T, (H + 2) * D}, dev, 3.0), gy = Randn({B, H, T, D}, dev);
+    at::Tensor wa = Leaf(wide0), wf = Leaf(wide0);
+    const at::Tensor xf = wf.narrow(-1, D, H * D).view({B, T, H, D});
+    ASSERT_FALSE(xf.is_contiguous());
+    const at::Tensor ya = AtenRope(wa.narrow(-1, D, H * D).view({B, T, H, D}), t.cos, t.sin);
+    const at::Tensor yf = FusedRope(xf, t.cos, t.sin);
+    ya.backward(gy);
+    yf.backward(gy);
+    ExpectClose(yf, ya, dev.str() + " y");
+    ExpectClose(wf.grad(), wa.grad(), dev.str() + " dx");
+  }
+}
+
+// The down projection of SwiGLU, lean (the product recomputed in backward) or not,
+// against silu(gate) * up then a linear, on gate | up halves of one tensor; odd sizes,
+// with and without the bias.
+TEST(FusedOps, SwigluDownMatchesAtenForwardAndEveryGradient) {
+  at::manual_seed(8);
+  for (const at::Device& dev : Devices()) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool bias = variant & 1, lean = variant < 2;
+      const int64_t B = 3, T = 7, H = 45, F = 133;
+      const at::Tensor gu0 = Randn({B, T, 2 * F}, dev, 2.0), w0 = Randn({H, F}, dev, 0.1);
+      const at::Tensor b0 = bias ? Randn({H}, dev) : at::Tensor(), gy = Randn({B, T, H}, dev);
+      at::Tensor gua = Leaf(gu0), wa = Leaf(w0), guf = Leaf(gu0), wf = Leaf(w0);
+      at::Tensor ba = bias ? Leaf(b0) : at::Tensor(), bf = bias ? Leaf(b0) : at::Tensor();
+      const at::Tensor act = at::silu(gua.narrow(-1, 0, F)) * gua.narrow(-1, F, F);
+      const at::Tensor ya = bias ? at::linear(act, wa, ba) : at::linear(act, wa);
+      const at::Tensor yf = FusedSwigluDown(guf, wf, bf, lean);
+      ya.backward(gy);
+      yf.backward(gy);
+      const std::string what = dev.str() + (bias ? " with bias" : " without bias") + (lean ? " lean" : "");
+      ExpectClose(yf, ya, what + " y");
+      ExpectClose(guf.grad(), gua.grad(), what + " d(gate | up)");
+      ExpectClose(wf.grad(), wa.grad(), what + " d down_w");
+      if (bias) ExpectClose(bf.grad(), ba.grad(), what + " d down_b");
+    }
+  }
+}
+
+// FusedLinears against one at::linear per weight: weights back to back in one flat leaf
+// (stacked as a view), the same as per-parameter leaves (detached views, each its own
+// leaf, as ViewBlock makes them), and separate tensors with biases (stacked by a copy).
+TEST(FusedOps, LinearsMatchSeparateLinearsForEveryGradient) {
+  at::manual_seed(9);
+  for (const at::Device& dev : Devices()) {
+    const int64_t B = 2, T = 5, in = 37;
+    const std::vector<int64_t> outs{29, 13, 13};
+    for (int mode = 0; mode < 3; ++mode) {
+      const bool bias = mode == 2;
+      int64_t total = 0;
+      for (int64_t o : outs) total += o;
+      const at::Tensor flat0 = Randn({total * in + (bias ? total : 0)}, dev, 0.2);
+      const at::Tensor x0 = Randn({B, T, in}, dev), gy = Randn({B, T, total}, dev);
+      // Parameter i's slice of flat: the weights first, then the biases.
+      auto slice = [&](const at::Tensor& flat, size_t i, bool b) {
+        int64_t off = b ? total * in : 0;
+        for (size_t j = 0; j < i; ++j) off += outs[j] * (b ? 1 : in);
+        return b ? flat.narrow(0, off, outs[i]) : flat.narrow(0, off, outs[i] * in).view({outs[i], in});
+      };
+      at::Tensor flat_a = Leaf(flat0), flat_f = Leaf(flat0), xa = Leaf(x0), xf = Leaf(x0);
+      std::vector<at::Tensor> wa, ba, wf, bf;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        wa.push_back(slice(flat_a, i, false));
+        if (bias) ba.push_back(slice(flat_a, i, true));
+        if (mode == 0) {
+          wf.push_back(slice(flat_f, i, false));
+        } else {
+          wf.push_back(slice(flat_f, i, false).detach().clone(at::MemoryFormat::Contiguous));
+          if (mode == 1) wf.back() = slice(flat_f, i, false).detach();
+          wf.back().requires_grad_(true);
+          if (bias) bf.push_back(slice(flat_f, i, true).detach().clone().requires_grad_(true));
+        }
+      }
+      std::vector<at::Tensor> ya;
+      for (size_t i = 0; i < outs.size(); ++i) ya.push_back(bias ? at::linear(xa, wa[i], ba[i]) : at::linear(xa, wa[i]));
+      const at::Tensor yf = FusedLinears(xf, wf, bf);
+      at::cat(ya, -1).backward(gy);
+      yf.backward(gy);
+      const std::string what = dev.str() + std::vector<std::string>{" one flat leaf", " leaf per weight", " copies with biases"}[mode];
+      ExpectClose(yf, at::cat(ya, -1), what + " y");
+      ExpectClose(xf.grad(), xa.grad(), what + " dx");
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const at::Tensor dw = mode == 0 ? slice(flat_f.grad(), i, false) : wf[i].grad();
+        ExpectClose(dw, slice(flat_a.grad(), i, false), what + " dw" + std::to_string(i));
+        if (bias) ExpectClose(bf[i].grad(), slice(flat_a.grad(), i, true), what + " db" + std::to_string(i));
+      }
+    }
+  }
+}
+
 TEST(FusedOps, LinearCrossEntropyMatchesAtenWithIgnoredTargets) {
   at::manual_seed(6);
   for (const at::Device& dev : Devices()) {
@@ -206,6 +304,78 @@ TEST(FusedOps, CudaBlockIsAsCloseToFp32AsAtensBf16Block) {
   for (const ParamSpec& ps : unit.params) {
     check(fused.dflat.narrow(0, ps.offset, ps.numel), aten.dflat.narrow(0, ps.offset, ps.numel),
           ref.dflat.narrow(0, ps.offset, ps.numel), "block d" + ps.name);
+  }
+}
+
+// The whole fused block (FusedBlockForward, the C++ reference of the kernels) on the CPU
+// against the same block in fp32, with ATen's bf16 block as the yardstick, by the
+// CUDA test's criterion above: Qwen2-style (QKV bias: the QKV weights stacked by a copy,
+// gate/up by a view), Qwen3-style (q/k norms, no bias: QKV as a view), an MLP with
+// biases, per-parameter leaves (as the engine makes them), a tiled MLP, and documents
+// with per-token positions.
+TEST(FusedOps, CpuFusedBlockIsAsCloseToFp32AsAtensBf16Block) {
+  struct Case {
+    std::string name;
+    bool qk_norm, qkv_bias, mlp_bias, leaves, documents;
+    int64_t mlp_tile;
+  };
+  const std::vector<Case> cases{{"qwen2", false, true, false, false, false, 0},
+                                {"qwen3 leaves", true, false, false, true, false, 0},
+                                {"mlp bias leaves", false, true, true, true, false, 0},
+                                {"tiled mlp", false, true, false, true, false, 24},
+                                {"documents", false, true, false, false, true, 0}};
+  for (const Case& k : cases) {
+    at::manual_seed(10);
+    ModelConfig c = PresetConfig("tiny").value();
+    c.qk_norm = k.qk_norm;
+    c.qkv_bias = k.qkv_bias;
+    c.mlp_bias = k.mlp_bias;
+    const ModelLayout layout = BuildLayout(c);
+    const UnitLayout& unit = layout.units[1];
+    const at::Tensor flat0 = at::randn({unit.numel}) * 0.05;
+    const int64_t B = 2, T = 61;
+    const at::Tensor x0 = at::randn({B, T, c.hidden_size}), gy = at::randn({B, T, c.hidden_size});
+    TokenLayout tokens;
+    tokens.rope = MakeRope(c, T, at::kCPU);
+    if (k.documents) {
+      at::Tensor positions = at::arange(T, at::kLong).repeat({B, 1});
+      positions.narrow(0, 1, 1).narrow(1, 20, T - 20).sub_(20);  // row 1: documents at 0 and 20
+      RopeTables table = tokens.rope;
+      tokens = DocumentLayout(c, positions, positions, &table);
+    }
+    struct Out {
+      at::Tensor y, dx, dflat;
+    };
+    auto run = [&](bool fused, at::ScalarType dtype) {
+      at::Tensor flat = Leaf(flat0.to(dtype)), x = Leaf(x0.to(dtype));
+      std::vector<at::Tensor> leaves;
+      const BlockParams p = ViewBlock(unit, flat, k.leaves ? &leaves : nullptr);
+      at::Tensor y = fused ? FusedBlockForward(c, p, x, tokens, k.mlp_tile) : BlockForward(c, p, x, tokens, k.mlp_tile);
+      y.backward(gy.to(dtype));
+      at::Tensor dflat = k.leaves ? at::zeros({unit.numel}, at::kFloat) : flat.grad().to(at::kFloat);
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        if (!leaves[i].defined()) continue;
+        EXPECT_TRUE(leaves[i].grad().defined()) << k.name << " " << unit.params[i].name;
+        if (leaves[i].grad().defined()) {
+          dflat.narrow(0, unit.params[i].offset, unit.params[i].numel).copy_(leaves[i].grad().reshape({-1}));
+        }
+      }
+      return Out{y.to(at::kFloat), x.grad().to(at::kFloat), dflat};
+    };
+    const Out ref = run(false, at::kFloat), aten = run(false, at::kBFloat16), fused = run(true, at::kBFloat16);
+    auto check = [&](const at::Tensor& f, const at::Tensor& a, const at::Tensor& r, const std::string& what) {
+      const double norm = std::max(r.norm().item<double>(), 1e-12);
+      const double err_fused = (f - r).norm().item<double>() / norm;
+      const double err_aten = (a - r).norm().item<double>() / norm;
+      EXPECT_LE(err_fused, 2.0 * err_aten + 1e-2)
+          << k.name << " " << what << ": relative L2 error fused " << err_fused << ", ATen bf16 " << err_aten;
+    };
+    check(fused.y, aten.y, ref.y, "block y");
+    check(fused.dx, aten.dx, ref.dx, "block dx");
+    for (const ParamSpec& ps : unit.params) {
+      check(fused.dflat.narrow(0, ps.offset, ps.numel), aten.dflat.narrow(0, ps.offset, ps.numel),
+            ref.dflat.narrow(0, ps.offset, ps.numel), "block d" + ps.name);
+    }
   }
 }
 
