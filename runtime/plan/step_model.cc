@@ -455,7 +455,8 @@ int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanK
   const Sizes s = SizesOf(shape, job, k);
   const int64_t q = shape.heads * shape.head_dim, kv = shape.kv_heads * shape.head_dim;
   const bool tiled = MlpTile(shape, job, k) < job.seq_len;
-  const int64_t elements = 4 * shape.hidden + 3 * q + 3 * kv + (tiled ? 0 : 3 * shape.ffn);
+  // The MLP keeps gate and up, not their product (fused_ops.h's lean FusedSwigluDown).
+  const int64_t elements = 4 * shape.hidden + 3 * q + 3 * kv + (tiled ? 0 : 2 * shape.ffn);
   const int64_t fp32_stats = (2 + shape.heads) * 4;
   return s.tokens_worker * (elements * job.param_bytes + fp32_stats);
 }

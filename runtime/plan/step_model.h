@@ -108,8 +108,8 @@ double MlpShare(const ModelShape& shape, int64_t seq_len);
 // micro-batch: the forward is layer-major), as the CUDA device's fused path saves them:
 // the block's input, the two norms' outputs, q and k before and after their norm and
 // RoPE, v, attention's output (and its transposed copy), the residual sum, and the
-// MLP's gate, up and their product (only its input when the MLP runs in tiles), in the
-// compute dtype; the norms' and attention's fp32 statistics.
+// MLP's gate and up (its product is recomputed in backward; only the MLP's input when it
+// runs in tiles), in the compute dtype; the norms' and attention's fp32 statistics.
 int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
 
 // The number of decoder blocks that keep their graph for `knobs` (the last ones):

@@ -54,8 +54,8 @@ TEST(KeptBlocks, EachKeptBlockAddsItsGraphLessTheInputItNoLongerKeepsApart) {
   const int64_t tokens = 16 * 4096;
   const int64_t input = tokens * s.hidden * 2;
   const int64_t graph = KeptBlockBytes(s, job, Knobs(4, 4, 0));
-  // Per token: 4 x hidden, 3 x (q and kv widths), 3 x FFN in bf16, fp32 statistics.
-  EXPECT_EQ(graph, tokens * ((4 * 2048 + 3 * 2048 + 3 * 256 + 3 * 11008) * 2 + (2 + 16) * 4));
+  // Per token: 4 x hidden, 3 x (q and kv widths), 2 x FFN in bf16, fp32 statistics.
+  EXPECT_EQ(graph, tokens * ((4 * 2048 + 3 * 2048 + 3 * 256 + 2 * 11008) * 2 + (2 + 16) * 4));
   const int64_t none = EstimateMemory(s, job, Knobs(4, 4, 0)).total;
   EXPECT_EQ(EstimateMemory(s, job, Knobs(4, 4, 3)).total - none, 3 * (graph - input));
   // With the inputs in host memory a kept block's graph is all new.
@@ -65,7 +65,7 @@ TEST(KeptBlocks, EachKeptBlockAddsItsGraphLessTheInputItNoLongerKeepsApart) {
   // A tiled MLP keeps only its input: the FFN terms go.
   PlanKnobs tiled = Knobs(4, 4, 0);
   tiled.policy.mlp_tile_tokens = 1024;
-  EXPECT_EQ(graph - KeptBlockBytes(s, job, tiled), tokens * 3 * 11008 * 2);
+  EXPECT_EQ(graph - KeptBlockBytes(s, job, tiled), tokens * 2 * 11008 * 2);
 }
 
 TEST(KeptBlocks, AutoKeepsTheMostThatFitInNineTenthsOfTheMemory) {
@@ -81,12 +81,12 @@ TEST(KeptBlocks, AutoKeepsTheMostThatFitInNineTenthsOfTheMemory) {
       if (kept < s.layers) EXPECT_GT(EstimateMemory(s, job, Knobs(4, sequences / 4, kept + 1)).total, memory / 10 * 9);
     }
   }
-  // The H200 at the batches of issue 20: all 36 blocks at 4 x 4096, about half at
-  // 16 x 4096 (6.3 GB a block), a few at 64 x 4096.
+  // The H200 at the batches of issue 20: all 36 blocks at 4 x 4096, well over half at
+  // 16 x 4096 (4.9 GB a block), a few at 64 x 4096.
   EXPECT_EQ(KeptBlocks(s, Job(4), Knobs(4, 1, -1), kH200), 36);
   const int64_t at16 = KeptBlocks(s, Job(16), Knobs(4, 4, -1), kH200);
-  EXPECT_GE(at16, 15);
-  EXPECT_LE(at16, 24);
+  EXPECT_GE(at16, 20);
+  EXPECT_LE(at16, 28);
   const int64_t at64 = KeptBlocks(s, Job(64), Knobs(4, 16, -1), kH200);
   EXPECT_GE(at64, 2);
   EXPECT_LT(at64, at16);
@@ -104,6 +104,28 @@ TEST(KeptBlocks, KeepingSavesTheRecomputeInThePrediction) {
   const double recompute = 16.0 * 4096 * r.recompute_s;  // one block's, for the step's tokens
   EXPECT_NEAR(none - half, 18 * recompute, 0.01 * none);
   EXPECT_NEAR(none - all, 36 * recompute, 0.01 * none);
+}
+
+// The H200 call of 2026-12-04 (tests/bench/RESULTS.md, issue 20 part 2), qwen2.5-3b,
+// prefetch 2, every block recomputing against the policy's count (before the lean MLP):
+// 16 x 4096 3.646 s and 3.351 s with 17 blocks kept; 64 x 4096 13.894 s and 13.633 s
+// with 3. The default rates predict these fused-kernel steps about 12% slow (they were
+// fitted before the kernels; calibration corrects them at job start), but the gain of
+// keeping within 2 points of the measured one.
+TEST(KeptBlocks, PredictsTheH200GainOfKeeping) {
+  const ModelShape s = Qwen3B();
+  struct Run {
+    int64_t sequences, accum, kept;
+    double recompute_s, kept_s;
+  };
+  for (const Run& run : {Run{16, 4, 17, 3.646, 3.351}, Run{64, 16, 3, 13.894, 13.633}}) {
+    const JobShape job = Job(run.sequences);
+    PlanKnobs none = Knobs(4, run.accum, 0), kept = Knobs(4, run.accum, run.kept);
+    none.policy.loss_chunk_tokens = kept.policy.loss_chunk_tokens = 4096;  // step_bench's
+    const Rates r = DefaultRates(s, job);
+    const double predicted = PredictStep(s, job, kept, r).step_seconds / PredictStep(s, job, none, r).step_seconds;
+    EXPECT_NEAR(predicted, run.kept_s / run.recompute_s, 0.02) << run.sequences << " x 4096";
+  }
 }
 
 TEST(KeptBlocks, KeptBlocksAreNeitherOffloadedNorRestored) {
