@@ -6,7 +6,7 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 (then, by name: refbuild ab (issue 19's A/B against .deps/ref.tar) adamw moments4
+# long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw moments4
 # moments7b (issue 22's moment dtypes) keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
@@ -138,6 +138,8 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     # Issue 19's "the figures do not move": this tree against a reference commit's
     # (.deps/ref.tar, see tests/bench/ab_reference.sh), interleaved, 3.09B at 4 and 16 x 4096.
     refbuild) step refbuild 240 tests/bench/ab_reference.sh build ;;
+    ab16) TAILN=8 step ab16 200 bash -c '
+           ROUNDS=${AB_ROUNDS:-1} tests/bench/ab_reference.sh run --model=qwen2.5-3b --steps=4 --prefetch=2 --micro_batch_size=4 --grad_accum=4' ;;
     ab) TAILN=8 step ab 330 bash -c '
            ROUNDS=2 tests/bench/ab_reference.sh run --model=qwen2.5-3b --steps=4 --prefetch=2 --micro_batch_size=1 --grad_accum=4
            ROUNDS=1 tests/bench/ab_reference.sh run --model=qwen2.5-3b --steps=4 --prefetch=2 --micro_batch_size=4 --grad_accum=4' ;;
