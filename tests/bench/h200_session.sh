@@ -135,6 +135,13 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
                  --layers=$L --label="$m $n kept=$K"
              done
            done <<< "${KEPT_RUNS:-qwen2.5-3b 16 4 4 36}"' ;;
+    # The caching allocator's expandable segments against its default, 3.09B at 16 x 4096
+    # with the policy's kept blocks (a kept graph's many tensors near the memory's end).
+    allocab) TAILN=8 step allocab 150 bash -c '
+           for conf in "" expandable_segments:True; do
+             echo "PYTORCH_CUDA_ALLOC_CONF=$conf"
+             PYTORCH_CUDA_ALLOC_CONF=$conf '"$SB"' --steps=3 --micro_batch_size=4 --grad_accum=4 | grep -E "mean of|blocks kept"
+           done' ;;
     # Issue 19's "the figures do not move": this tree against a reference commit's
     # (.deps/ref.tar, see tests/bench/ab_reference.sh), interleaved, 3.09B at 4 and 16 x 4096.
     refbuild) step refbuild 240 tests/bench/ab_reference.sh build ;;
