@@ -7,10 +7,15 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_format.h"
 #include "runtime/model/hf_checkpoint.h"
+#ifdef SLIDEDP_WITH_CUDA_TOOLKIT
+#include "runtime/cuda/pinned_slab.h"
+#endif
 
 namespace slidedp {
 namespace {
@@ -34,7 +39,7 @@ void FillNormal(float* out, int64_t n, float stddev, uint64_t seed) {
   }
 }
 
-// Pinned buffers come from the CUDA host allocator. The others (master, m, v: 12 bytes a
+// Pinned buffers come from one slab (PinnedBuffers below). The others (master, m, v: 12 bytes a
 // parameter, streamed through by AdamW every step) ask for transparent huge pages, so
 // that the update's passes over them do not walk a 4 KiB page table.
 at::Tensor Alloc(int64_t n, at::ScalarType dtype, bool pin) {
@@ -49,6 +54,45 @@ at::Tensor Alloc(int64_t n, at::ScalarType dtype, bool pin) {
   return t;
 }
 
+// The pinned buffers of every unit (the streamed copy; the fp32 gradient when it has one)
+// as 4 KiB-aligned views of one slab of exactly their size (pinned_slab.h), zeroed; in
+// `order`: per unit its copy, then its gradient if `fp32_grad`. Without the CUDA
+// toolkit, LibTorch's pinned allocator, one buffer each.
+std::vector<at::Tensor> PinnedBuffers(const ModelLayout& layout, at::ScalarType compute_dtype, bool fp32_grad) {
+  struct Part {
+    int64_t n;
+    at::ScalarType dtype;
+  };
+  std::vector<Part> parts;
+  for (const UnitLayout& u : layout.units) {
+    parts.push_back({u.numel, compute_dtype});
+    if (fp32_grad) parts.push_back({u.numel, at::kFloat});
+  }
+  std::vector<at::Tensor> out;
+#ifdef SLIDEDP_WITH_CUDA_TOOLKIT
+  constexpr size_t kAlign = 4096;
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const Part& p : parts) {
+    offsets.push_back(total);
+    total += (static_cast<size_t>(p.n) * at::elementSize(p.dtype) + kAlign - 1) / kAlign * kAlign;
+  }
+  absl::StatusOr<std::shared_ptr<void>> slab = AllocatePinnedSlab(total);
+  if (!slab.ok()) throw std::runtime_error(std::string(slab.status().message()));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    void* at_offset = static_cast<char*>(slab->get()) + offsets[i];
+    std::shared_ptr<void> owner = *slab;  // each view keeps the slab
+    at::Tensor t = at::from_blob(at_offset, {parts[i].n}, [owner](void*) mutable { owner.reset(); },
+                                 at::TensorOptions().dtype(parts[i].dtype));
+    t.zero_();
+    out.push_back(std::move(t));
+  }
+#else
+  for (const Part& p : parts) out.push_back(Alloc(p.n, p.dtype, /*pin=*/true));
+#endif
+  return out;
+}
+
 }  // namespace
 
 HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems,
@@ -58,6 +102,9 @@ HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, in
       compute_dtype_(compute_dtype),
       fp32_grad_(fp32_grad),
       moment_dtype_(moments) {
+  std::vector<at::Tensor> pinned;
+  if (pin) pinned = PinnedBuffers(layout_, compute_dtype, fp32_grad);
+  size_t next_pinned = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
     const int64_t n = layout_.units[u].numel;
     UnitState s;
@@ -80,8 +127,8 @@ HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, in
         break;
       }
     }
-    s.params = Alloc(n, compute_dtype, pin);
-    if (fp32_grad) s.grad = Alloc(n, at::kFloat, pin);
+    s.params = pin ? pinned[next_pinned++] : Alloc(n, compute_dtype, false);
+    if (fp32_grad) s.grad = pin ? pinned[next_pinned++] : Alloc(n, at::kFloat, false);
     units_.push_back(std::move(s));
     std::vector<Chunk> cs;
     const int64_t step = chunk_elems > 0 ? chunk_elems : n;

@@ -1,0 +1,44 @@
+// HostState's pinned buffers on a CUDA host (skipped elsewhere): every unit's streamed
+// copy and fp32 gradient are page-locked, zeroed, apart from each other and 4 KiB-aligned
+// views of one slab of exactly their size (LibTorch's pinned allocator would round each
+// up to a power of two), and a copy to the GPU and back through them is exact.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "runtime/model/model_config.h"
+#include "runtime/state/host_state.h"
+
+namespace slidedp {
+namespace {
+
+TEST(HostStateCuda, PinnedBuffersAreOneExactSlab) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  ModelConfig c = *PresetConfig("tiny");
+  HostState state(c, at::kBFloat16, /*chunk_elems=*/0, /*pin=*/true, /*fp32_grad=*/true);
+  const char* previous_end = nullptr;
+  for (int u = 0; u < state.num_units(); ++u) {
+    SCOPED_TRACE(u);
+    for (const at::Tensor& t : {state.unit(u).params, state.unit(u).grad}) {
+      EXPECT_TRUE(t.is_pinned());
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 4096, 0u);
+      EXPECT_EQ(t.count_nonzero().item<int64_t>(), 0);
+      const char* begin = static_cast<const char*>(t.data_ptr());
+      if (previous_end != nullptr) {
+        // The next view starts at the first 4 KiB boundary after the previous one ends.
+        EXPECT_GE(begin, previous_end);
+        EXPECT_LT(begin - previous_end, 4096);
+      }
+      previous_end = begin + t.nbytes();
+    }
+    EXPECT_FALSE(state.unit(u).master.is_pinned());
+  }
+  at::Tensor p = state.unit(1).params;
+  p.copy_(at::randn({p.numel()}).to(at::kBFloat16));
+  at::Tensor back = p.to(at::kCUDA, /*non_blocking=*/true).to(at::kCPU);
+  EXPECT_TRUE(at::equal(back, p));
+}
+
+}  // namespace
+}  // namespace slidedp
