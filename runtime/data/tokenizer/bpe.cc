@@ -133,21 +133,18 @@ int32_t BytePairEncoding::TokenId(absl::string_view bytes) const {
   return it == bytes_to_id_.end() ? -1 : it->second;
 }
 
-int BytePairEncoding::ByteFallbackByte(int32_t id) const {
-  if (byte_level_) return -1;
-  const absl::string_view t = TokenBytes(id);
+int BytePieceValue(absl::string_view t) {
   if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
   int b = 0;
   for (char c : t.substr(3, 2)) {
-    if (c >= '0' && c <= '9') {
-      b = b * 16 + (c - '0');
-    } else if (c >= 'A' && c <= 'F') {
-      b = b * 16 + (c - 'A' + 10);
-    } else {
-      return -1;
-    }
+    const int v = (c >= '0' && c <= '9')   ? c - '0'
+                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                           : -1;
+    if (v < 0) return -1;
+    b = b * 16 + v;
   }
-  return byte_id_[b] == id ? b : -1;
+  return b;
 }
 
 void BytePairEncoding::Encode(absl::string_view word, std::vector<int32_t>* out,

@@ -40,6 +40,10 @@ class BpeCache {
   absl::flat_hash_map<std::string, std::vector<int32_t>> map_;
 };
 
+// The byte a byte-fallback piece "<0xNN>" stands for (NN hexadecimal, either case, as
+// Hugging Face's ByteFallback decoder reads it), -1 for any other text.
+int BytePieceValue(absl::string_view piece);
+
 class BytePairEncoding {
  public:
   // `model` is tokenizer.json's "model" object (type BPE); `byte_level` says which kind
@@ -60,9 +64,6 @@ class BytePairEncoding {
   absl::string_view TokenBytes(int32_t id) const;
   // The id of the token whose raw bytes (byte-level) or text are `bytes`, -1 if none.
   int32_t TokenId(absl::string_view bytes) const;
-  // SentencePiece-style: the byte that byte_fallback piece `id` ("<0xNN>") stands for,
-  // -1 for any other id or kind.
-  int ByteFallbackByte(int32_t id) const;
   bool byte_level() const { return byte_level_; }
   // One more than the largest id.
   int64_t size() const { return static_cast<int64_t>(id_to_bytes_.size()); }

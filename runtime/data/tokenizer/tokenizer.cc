@@ -7,7 +7,6 @@
 #include <deque>
 #include <sys/stat.h>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -450,18 +449,7 @@ std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_t
           run_tokens = 0;
         };
         for (std::string& t : tokens) {
-          int b = -1;
-          if (t.size() == 6 && absl::StartsWith(t, "<0x") && t[5] == '>') {
-            int v = 0;
-            b = 0;
-            for (char c : t.substr(3, 2)) {
-              v = absl::ascii_isdigit(c) ? c - '0'
-                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-              if (v < 0) b = -1;
-              if (b >= 0) b = b * 16 + v;
-            }
-          }
+          const int b = BytePieceValue(t);
           if (b >= 0) {
             run.push_back(static_cast<char>(b));
             ++run_tokens;
