@@ -202,6 +202,8 @@ def write_sentencepiece(out, kind):
             special = tok.encode(text, add_special_tokens=True).ids
             f.write(json.dumps({"text": text, "ids": plain, "ids_with_special": special,
                                 "decoded": tok.decode(plain)}, ensure_ascii=False) + "\n")
+    with open(os.path.join(d, "versions.json"), "w") as f:
+        json.dump({"tokenizers": tokenizers.__version__}, f)
     print(f"{kind}: vocab {tok.get_vocab_size()}, {len(CORPUS) + len(SP_EXTRA)} encodings")
 
 
