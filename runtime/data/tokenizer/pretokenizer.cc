@@ -341,7 +341,8 @@ void Metaspace::Split(absl::string_view text, bool at_start, std::vector<absl::s
       --start;
     } while (start > 0 && (static_cast<uint8_t>(all[start]) & 0xC0) == 0x80);
     if (i - start == replacement.size() && all.compare(start, i - start, replacement) == 0) {
-      pieces.push_back(all.substr(start, end - start));  // end > i: with the text after it
+      // With the text after it, or alone (end == i) when a replacement or nothing follows.
+      pieces.push_back(all.substr(start, end - start));
       end = start;
     }
     i = start;

@@ -479,10 +479,10 @@ std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_t
         }
         break;
       case DecoderStep::kMetaspace:
+        // As Hugging Face's: every replacement becomes a space, except that those of the
+        // first token are dropped when a prefix was prepended.
         for (size_t k = 0; k < tokens.size(); ++k) {
-          std::string& t = tokens[k];
-          t = absl::StrReplaceAll(t, {{step.pattern, " "}});
-          if (k == 0 && step.start && absl::StartsWith(t, " ")) t.erase(0, 1);
+          tokens[k] = absl::StrReplaceAll(tokens[k], {{step.pattern, k == 0 && step.start ? "" : " "}});
         }
         break;
     }

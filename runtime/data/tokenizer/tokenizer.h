@@ -84,7 +84,7 @@ class Tokenizer {
     enum Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
     std::string pattern, content;  // kReplace; kMetaspace: pattern = replacement
     int start = 0, stop = 0;       // kStrip (content is the character); kMetaspace: start=1
-                                   // strips the first token's leading space
+                                   // drops the first token's replacements
   };
 
   Tokenizer() = default;
