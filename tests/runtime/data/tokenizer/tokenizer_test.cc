@@ -421,6 +421,18 @@ TEST(TokenizerFixtures, MistralMatchesTransformersJs) {
   CheckEncodings(MistralDir(), kFixtures + "mistral/encodings_transformers_js.jsonl", "mistral");
 }
 
+// The real Llama 3 and Qwen3 files, fetched with npm by the CMake set-up, against
+// transformers.js (llama3_real/SOURCE.md).
+TEST(TokenizerFixtures, RealLlama3AndQwen3FilesMatchTransformersJs) {
+  for (const std::string name : {"llama3_real", "qwen3_real"}) {
+    const std::string dir = std::string(SLIDEDP_TEST_FIXTURES_DIR) + "/tokenizer/" + name;
+    if (!std::ifstream(dir + "/tokenizer.json")) {
+      GTEST_SKIP() << dir << "/tokenizer.json is missing: the CMake set-up fetches it with npm";
+    }
+    CheckEncodings(dir, kFixtures + name + "/encodings_transformers_js.jsonl", name);
+  }
+}
+
 TEST(TokenizerFixtures, MetaspaceMatchesHuggingFace) {
   for (const char* kind : {"metaspace_first", "metaspace_split"}) {
     if (!std::ifstream(kFixtures + kind + "/encodings.jsonl")) {
