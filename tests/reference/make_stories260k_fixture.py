@@ -5,7 +5,7 @@ Loads ../shared/models/stories260K (a real trained Llama, README there) with tra
 and its tokenizer.json with the tokenizers package, encodes the fixed story with the BOS
 template, and saves the ids, the fp32 eager logits and the mean next-token loss as
 tests/reference/fixtures/stories260k/reference.safetensors. Also greedy-decodes 40 tokens
-from "Once upon a time" and prints them (the export check of issue 23 compares those).
+from "Once upon a time" (with <s>), saved as "greedy" (prompt and continuation) and printed.
 
   python3 tests/reference/make_stories260k_fixture.py MODEL_DIR OUT_DIR
 
@@ -38,7 +38,7 @@ def main():
         prompt = torch.tensor([tok.encode("Once upon a time", add_special_tokens=True).ids])
         greedy = model.generate(prompt, max_new_tokens=40, do_sample=False)
     save_file({"input_ids": x.float(), "logits": o.logits.float().contiguous(),
-               "loss": o.loss.reshape(1).float()},
+               "loss": o.loss.reshape(1).float(), "greedy": greedy[0].float().contiguous()},
               os.path.join(out, "reference.safetensors"),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__,
                         "tokenizers": tokenizers.__version__})
