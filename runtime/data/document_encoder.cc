@@ -32,7 +32,20 @@ absl::StatusOr<DocumentEncoder> DocumentEncoder::Create(const Tokenizer& tokeniz
   DocumentEncoder e;
   e.tokenizer_ = &tokenizer;
   e.format_ = format;
-  e.style_ = family == ModelFamily::kLlama ? Style::kLlama3 : Style::kChatMl;
+  switch (family) {
+    case ModelFamily::kQwen2:
+    case ModelFamily::kQwen3:
+      e.style_ = Style::kChatMl;
+      break;
+    case ModelFamily::kLlama:
+      // Llama 3's tokenizer has its own end token; Llama 2's kind has </s>.
+      e.style_ = tokenizer.TokenId("<|end_of_text|>") || !tokenizer.TokenId("</s>") ? Style::kLlama3
+                                                                                   : Style::kInst;
+      break;
+    case ModelFamily::kMistral:
+      e.style_ = Style::kInst;
+      break;
+  }
   const bool llama = e.style_ == Style::kLlama3;
   absl::Status missing;
   auto special = [&](const char* token) -> int32_t {
@@ -44,6 +57,13 @@ absl::StatusOr<DocumentEncoder> DocumentEncoder::Create(const Tokenizer& tokeniz
     }
     return id.value_or(-1);
   };
+  if (e.style_ == Style::kInst) {
+    e.document_end_ = special("</s>");
+    e.bos_every_turn_ = family != ModelFamily::kMistral;
+    if (format == TextFormat::kChat) e.bos_ = special("<s>");
+    if (!missing.ok()) return missing;
+    return e;
+  }
   e.document_end_ = special(llama ? "<|end_of_text|>" : "<|endoftext|>");
   if (format == TextFormat::kChat) {
     e.turn_end_ = special(llama ? "<|eot_id|>" : "<|im_end|>");
@@ -80,6 +100,11 @@ void DocumentEncoder::Encode(const TextRecord& record, std::vector<int32_t>* ids
       AppendText(*tokenizer_, record.completion, false, kTokenLoss, ids, flags, cache);
       break;
     case TextFormat::kChat:
+      if (style_ == Style::kInst) {
+        EncodeInstChat(record, ids, flags, cache);
+        (*flags)[start] |= kTokenDocumentStart;
+        return;
+      }
       Append(chat_begin_, 0, ids, flags);
       for (const ChatMessage& m : record.messages) {
         const uint8_t loss = m.role == ChatRole::kAssistant ? kTokenLoss : 0;
@@ -95,9 +120,47 @@ void DocumentEncoder::Encode(const TextRecord& record, std::vector<int32_t>* ids
   (*flags)[start] |= kTokenDocumentStart;
 }
 
+void DocumentEncoder::EncodeInstChat(const TextRecord& record, std::vector<int32_t>* ids,
+                                     std::vector<uint8_t>* flags, BpeCache* cache) const {
+  const size_t start = ids->size();
+  std::string system;
+  bool first_user = true, ended = false;
+  for (const ChatMessage& m : record.messages) {
+    switch (m.role) {
+      case ChatRole::kSystem:
+        system = m.content;
+        break;
+      case ChatRole::kUser: {
+        if (first_user || bos_every_turn_) Append({bos_}, 0, ids, flags);
+        first_user = false;
+        std::string text = "[INST] ";
+        if (!system.empty()) {
+          absl::StrAppend(&text, bos_every_turn_ ? "<<SYS>>\n" : "", system,
+                          bos_every_turn_ ? "\n<</SYS>>\n\n" : "\n\n");
+          system.clear();
+        }
+        absl::StrAppend(&text, m.content, " [/INST]");
+        AppendText(*tokenizer_, text, false, 0, ids, flags, cache);
+        ended = false;
+        break;
+      }
+      case ChatRole::kAssistant:
+        if (ids->size() == start) Append({bos_}, 0, ids, flags);
+        AppendText(*tokenizer_, m.content, false, kTokenLoss, ids, flags, cache);
+        Append({document_end_}, kTokenLoss, ids, flags);
+        ended = true;
+        break;
+    }
+  }
+  if (!ended) Append({document_end_}, 0, ids, flags);
+}
+
 std::string DocumentEncoder::Settings() const {
+  const char* style = style_ == Style::kLlama3 ? "llama3"
+                      : style_ == Style::kChatMl ? "chatml"
+                      : bos_every_turn_ ? "inst-llama2" : "inst-mistral";
   return absl::StrCat("format=", TextFormatName(format_),
-                      " style=", style_ == Style::kLlama3 ? "llama3" : "chatml",
+                      " style=", style,
                       " end=", tokenizer_->Decode({document_end_}), " encoder=", kEncoderVersion);
 }
 

@@ -5,6 +5,14 @@
 //     <|im_start|>{role}\n{content}<|im_end|>\n
 //   Llama 3: <|end_of_text|>. A chat starts with <|begin_of_text|> once, then renders
 //     every message as <|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
+//   Llama 2 (a llama model whose tokenizer has no <|end_of_text|>: Llama 2, TinyLlama,
+//     CodeLlama) and Mistral, the [INST] format of Meta's and Mistral's reference code:
+//     </s>. A user message is <s> "[INST] {content} [/INST]" (Mistral: <s> before the
+//     first only), an assistant message {content}</s> (tokenized apart, so its first
+//     word gets the tokenizer's "\u2581" as after "[/INST] "). A system message goes into
+//     the next user message: Llama 2 "<<SYS>>\n{system}\n<</SYS>>\n\n{content}",
+//     Mistral "{system}\n\n{content}". A chat that ends with an assistant message gets no
+//     second </s>.
 // No default system prompt is inserted and contents are not trimmed. The header and the
 // content are tokenized apart, as generation sees them (a prompt ends with the header):
 // for content that starts with a letter or digit the ids equal those of the rendered
@@ -48,7 +56,7 @@ class DocumentEncoder {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
-  enum class Style { kChatMl, kLlama3 };
+  enum class Style { kChatMl, kLlama3, kInst };
   DocumentEncoder() = default;
 
   const Tokenizer* tokenizer_ = nullptr;
@@ -59,6 +67,11 @@ class DocumentEncoder {
   std::vector<int32_t> chat_begin_;       // chat: before the first message
   std::array<std::vector<int32_t>, kChatRoles> headers_;  // chat: per role
   std::vector<int32_t> after_turn_;       // chat: after turn_end
+  int32_t bos_ = -1;                      // kInst: <s>
+  bool bos_every_turn_ = false;           // kInst: Llama 2 (true) or Mistral (false)
+
+  void EncodeInstChat(const TextRecord& record, std::vector<int32_t>* ids,
+                      std::vector<uint8_t>* flags, BpeCache* cache) const;
 };
 
 }  // namespace slidedp

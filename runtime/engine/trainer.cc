@@ -504,6 +504,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainConfig& config
   bool from_dir = false;
   absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
   if (!model.ok()) return model.status();
+  if (absl::Status s = CheckSequenceLength(*model, config.seq_len); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", config.model, ": ", s.message()));
+  }
   // Before anything is allocated: does the job fit in the host's memory now?
   if (absl::Status s = AdmitJob(config, *model, AdmitAgainst::kAvailable); !s.ok()) return s;
   // The plan: the job's knobs, or with policy.auto those the policy chooses.

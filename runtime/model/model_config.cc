@@ -119,7 +119,9 @@ absl::StatusOr<ModelFamily> ParseFamily(const Reader& r) {
   if (s == "llama") return ModelFamily::kLlama;
   if (s == "qwen2") return ModelFamily::kQwen2;
   if (s == "qwen3") return ModelFamily::kQwen3;
-  return r.Error("model_type", absl::StrCat("unsupported model type '", Echo(s), "' (llama, qwen2, qwen3)"));
+  if (s == "mistral") return ModelFamily::kMistral;
+  return r.Error("model_type",
+                 absl::StrCat("unsupported model type '", Echo(s), "' (llama, mistral, qwen2, qwen3)"));
 }
 
 // rope_scaling (legacy) wins over rope_parameters (transformers 5), as in transformers.
@@ -173,6 +175,8 @@ absl::Status ParseRope(const Reader& r, ModelConfig& c) {
 
 absl::Status ParseSizes(const Reader& r, ModelConfig& c) {
   const bool llama = c.family == ModelFamily::kLlama;
+  // MistralConfig's default is 4096 * 32.
+  const int64_t max_pos = llama ? 2048 : c.family == ModelFamily::kMistral ? 131072 : 32768;
   struct Field {
     const char* key;
     int64_t* dst;
@@ -185,7 +189,7 @@ absl::Status ParseSizes(const Reader& r, ModelConfig& c) {
       {"intermediate_size", &c.intermediate_size, std::nullopt, kMaxDim},
       {"num_hidden_layers", &c.num_layers, std::nullopt, kMaxLayers},
       {"num_attention_heads", &c.num_heads, std::nullopt, kMaxDim},
-      {"max_position_embeddings", &c.max_position_embeddings, llama ? 2048 : 32768, kMaxParams},
+      {"max_position_embeddings", &c.max_position_embeddings, max_pos, kMaxParams},
   };
   for (const Field& f : fields) {
     absl::StatusOr<int64_t> v = r.Size(f.key, f.def, f.max);
@@ -238,7 +242,26 @@ absl::Status ParseFlags(const Reader& r, ModelConfig& c) {
       c.qkv_bias = c.o_bias = *attn_bias;
       c.qk_norm = true;
       break;
+    case ModelFamily::kMistral:
+      break;  // MistralConfig has no biases
   }
+  return absl::OkStatus();
+}
+
+// Mistral's sliding_window: absent means MistralConfig's default 4096, null none.
+absl::Status ParseSlidingWindow(const Reader& r, ModelConfig& c) {
+  if (c.family != ModelFamily::kMistral) return absl::OkStatus();
+  if (!r.root().contains("sliding_window")) {
+    c.sliding_window = 4096;
+    return absl::OkStatus();
+  }
+  if (r.Get(r.root(), "sliding_window") == nullptr) {
+    c.sliding_window = 0;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> w = r.Size("sliding_window", std::nullopt, kMaxParams);
+  if (!w.ok()) return w.status();
+  c.sliding_window = *w;
   return absl::OkStatus();
 }
 
@@ -246,7 +269,7 @@ absl::Status ParseScalars(const Reader& r, ModelConfig& c) {
   absl::StatusOr<double> eps = r.Number(r.root(), "rms_norm_eps", "rms_norm_eps", 1e-6);
   if (!eps.ok()) return eps.status();
   c.rms_norm_eps = *eps;
-  const bool llama = c.family == ModelFamily::kLlama;
+  const bool llama = c.family == ModelFamily::kLlama || c.family == ModelFamily::kMistral;
   absl::StatusOr<int64_t> bos = r.TokenId("bos_token_id", llama ? 1 : -1);
   if (!bos.ok()) return bos.status();
   absl::StatusOr<int64_t> eos = r.TokenId("eos_token_id", llama ? 2 : -1);
@@ -289,8 +312,20 @@ std::string_view FamilyName(ModelFamily family) {
     case ModelFamily::kLlama: return "llama";
     case ModelFamily::kQwen2: return "qwen2";
     case ModelFamily::kQwen3: return "qwen3";
+    case ModelFamily::kMistral: return "mistral";
   }
   return "unknown";
+}
+
+absl::Status CheckSequenceLength(const ModelConfig& config, int64_t seq_len) {
+  if (config.sliding_window > 0 && seq_len > config.sliding_window) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seq_len ", seq_len, " is longer than the model's sliding_window ", config.sliding_window,
+        ": only full attention is implemented, which equals the model's sliding-window "
+        "attention only for sequences within the window; use seq_len <= ",
+        config.sliding_window));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfigJson(std::string_view text, std::string_view source_name) {
@@ -313,7 +348,7 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(std::string_view text, std::str
   absl::StatusOr<ModelFamily> family = ParseFamily(r);
   if (!family.ok()) return family.status();
   c.family = *family;
-  for (auto step : {ParseSizes, ParseRope, ParseFlags, ParseScalars}) {
+  for (auto step : {ParseSizes, ParseRope, ParseFlags, ParseSlidingWindow, ParseScalars}) {
     absl::Status s = step(r, c);
     if (!s.ok()) return s;
   }
@@ -332,7 +367,8 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {
-  static constexpr const char* kArch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  static constexpr const char* kArch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                          "MistralForCausalLM"};
   json j = {
       {"architectures", json::array({kArch[static_cast<int>(c.family)]})},
       {"model_type", FamilyName(c.family)},
@@ -360,10 +396,14 @@ std::string ModelConfigToJson(const ModelConfig& c) {
       {"use_cache", true},
   };
   // Llama and Qwen3 carry one attention_bias flag for q/k/v and o (o_bias follows qkv_bias).
-  if (c.family != ModelFamily::kQwen2) j["attention_bias"] = c.qkv_bias;
+  if (c.family == ModelFamily::kLlama || c.family == ModelFamily::kQwen3) {
+    j["attention_bias"] = c.qkv_bias;
+  }
   if (c.family == ModelFamily::kLlama) {
     j["mlp_bias"] = c.mlp_bias;
     j["pretraining_tp"] = 1;
+  } else if (c.family == ModelFamily::kMistral) {
+    j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
   } else {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;

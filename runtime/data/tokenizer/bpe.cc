@@ -27,7 +27,7 @@ bool ByteLevelToBytes(absl::string_view text, std::string* out) {
 
 }  // namespace
 
-absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
+absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model, bool byte_level) {
   if (model.value("type", "BPE") != "BPE") {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model.type \"%s\" is not supported (BPE)", Echo(model.value("type", ""))));
@@ -35,8 +35,10 @@ absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
   if (!model.value("dropout", json()).is_null() && model.at("dropout").get<double>() != 0) {
     return absl::InvalidArgumentError("model.dropout is not supported");
   }
-  if (model.value("byte_fallback", false)) {
-    return absl::InvalidArgumentError("model.byte_fallback is not supported (byte-level BPE only)");
+  const bool byte_fallback = model.value("byte_fallback", false);
+  if (byte_fallback && byte_level) {
+    return absl::InvalidArgumentError(
+        "model.byte_fallback with a ByteLevel pre-tokenizer is not supported");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && !model.at(key).is_null() && !model.at(key).get<std::string>().empty()) {
@@ -44,7 +46,17 @@ absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
     }
   }
   BytePairEncoding bpe;
+  bpe.byte_level_ = byte_level;
+  bpe.byte_fallback_ = byte_fallback;
+  bpe.fuse_unk_ = model.value("fuse_unk", false);
   bpe.ignore_merges_ = model.value("ignore_merges", false);
+  // Byte-level keys are spelled in stand-in characters; SentencePiece-style keys are the
+  // text itself.
+  auto to_bytes = [byte_level](const std::string& key, std::string* out) {
+    if (byte_level) return ByteLevelToBytes(key, out);
+    *out = key;
+    return true;
+  };
   const json& vocab = model.at("vocab");
   std::string bytes;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
@@ -52,16 +64,28 @@ absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
     if (id < 0 || id >= (int64_t{1} << 31)) {
       return absl::InvalidArgumentError(absl::StrFormat("model.vocab[\"%s\"]: id %d", Echo(it.key()), id));
     }
-    if (!ByteLevelToBytes(it.key(), &bytes)) {
+    if (!to_bytes(it.key(), &bytes)) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "model.vocab[\"%s\"] is not byte-level text (only byte-level BPE is supported)",
-          Echo(it.key())));
+          "model.vocab[\"%s\"] is not byte-level text, which a tokenizer with a ByteLevel "
+          "pre-tokenizer needs", Echo(it.key())));
     }
     if (id >= bpe.size()) bpe.id_to_bytes_.resize(id + 1);
     bpe.id_to_bytes_[id] = bytes;
     bpe.bytes_to_id_[bytes] = static_cast<int32_t>(id);
   }
-  for (int b = 0; b < 256; ++b) bpe.byte_id_[b] = bpe.TokenId(std::string(1, static_cast<char>(b)));
+  for (int b = 0; b < 256; ++b) {
+    bpe.byte_id_[b] = byte_level ? bpe.TokenId(std::string(1, static_cast<char>(b)))
+                                 : bpe.TokenId(absl::StrFormat("<0x%02X>", b));
+  }
+  for (int c = 0; c < 128; ++c) bpe.ascii_id_[c] = bpe.TokenId(std::string(1, static_cast<char>(c)));
+  if (!byte_level && model.contains("unk_token") && !model.at("unk_token").is_null()) {
+    const std::string unk = model.at("unk_token").get<std::string>();
+    bpe.unk_id_ = bpe.TokenId(unk);
+    if (bpe.unk_id_ < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model.unk_token \"%s\" is not in model.vocab", Echo(unk)));
+    }
+  }
   const json& merges = model.at("merges");
   std::string left, right;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -83,7 +107,7 @@ absl::StatusOr<BytePairEncoding> BytePairEncoding::FromJson(const json& model) {
       return absl::InvalidArgumentError(
           absl::StrFormat("model.merges[%d] is neither \"a b\" nor [a, b]", rank));
     }
-    if (!ByteLevelToBytes(a, &left) || !ByteLevelToBytes(b, &right)) {
+    if (!to_bytes(a, &left) || !to_bytes(b, &right)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("model.merges[%d] is not byte-level text", rank));
     }
@@ -109,6 +133,20 @@ int32_t BytePairEncoding::TokenId(absl::string_view bytes) const {
   return it == bytes_to_id_.end() ? -1 : it->second;
 }
 
+int BytePieceValue(absl::string_view t) {
+  if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
+  int b = 0;
+  for (char c : t.substr(3, 2)) {
+    const int v = (c >= '0' && c <= '9')   ? c - '0'
+                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                           : -1;
+    if (v < 0) return -1;
+    b = b * 16 + v;
+  }
+  return b;
+}
+
 void BytePairEncoding::Encode(absl::string_view word, std::vector<int32_t>* out,
                               BpeCache* cache) const {
   if (word.empty()) return;
@@ -119,7 +157,7 @@ void BytePairEncoding::Encode(absl::string_view word, std::vector<int32_t>* out,
       return;
     }
   }
-  if (word.size() == 1) {
+  if (word.size() == 1 && byte_level_) {
     const int32_t id = byte_id_[static_cast<uint8_t>(word[0])];
     if (id >= 0) out->push_back(id);
     return;
@@ -137,6 +175,50 @@ void BytePairEncoding::Encode(absl::string_view word, std::vector<int32_t>* out,
   }
 }
 
+// Hugging Face's BPE::merge_word, the part before the merges.
+void BytePairEncoding::InitialSymbols(absl::string_view word, std::vector<int32_t>* ids) const {
+  if (byte_level_) {
+    for (unsigned char c : word) {
+      const int32_t id = byte_id_[c];
+      if (id >= 0) ids->push_back(id);  // no entry and no unk token: the byte is dropped
+    }
+    return;
+  }
+  bool unk_pending = false;  // an unknown piece not yet added (fused with the next ones)
+  size_t i = 0;
+  while (i < word.size()) {
+    const unsigned char c = static_cast<unsigned char>(word[i]);
+    size_t next = i;
+    int32_t id;
+    if (c < 0x80) {
+      next = i + 1;
+      id = ascii_id_[c];
+    } else {
+      NextCodePoint(word, &next);
+      id = TokenId(word.substr(i, next - i));
+    }
+    if (id >= 0) {
+      if (unk_pending) ids->push_back(unk_id_);
+      unk_pending = false;
+      ids->push_back(id);
+    } else {
+      bool all_bytes = byte_fallback_;
+      for (size_t k = i; all_bytes && k < next; ++k) {
+        all_bytes = byte_id_[static_cast<unsigned char>(word[k])] >= 0;
+      }
+      if (all_bytes) {
+        // As Hugging Face does, a pending unknown piece stays pending past these.
+        for (size_t k = i; k < next; ++k) ids->push_back(byte_id_[static_cast<unsigned char>(word[k])]);
+      } else if (unk_id_ >= 0) {
+        if (unk_pending && !fuse_unk_) ids->push_back(unk_id_);
+        unk_pending = true;
+      }
+    }
+    i = next;
+  }
+  if (unk_pending) ids->push_back(unk_id_);
+}
+
 // Hugging Face's Word::merge_all: a heap of (rank, position) candidate merges; a popped
 // candidate is dropped if its left symbol is gone or the pair there changed since.
 void BytePairEncoding::MergeWord(absl::string_view word, std::vector<int32_t>* out) const {
@@ -145,11 +227,12 @@ void BytePairEncoding::MergeWord(absl::string_view word, std::vector<int32_t>* o
     int32_t prev, next;
     bool alive;
   };
+  std::vector<int32_t> initial;
+  initial.reserve(word.size());
+  InitialSymbols(word, &initial);
   std::vector<Symbol> sym;
-  sym.reserve(word.size());
-  for (unsigned char c : word) {
-    const int32_t id = byte_id_[c];
-    if (id < 0) continue;  // no entry and no unk token: the byte is dropped
+  sym.reserve(initial.size());
+  for (int32_t id : initial) {
     const int32_t n = static_cast<int32_t>(sym.size());
     sym.push_back(Symbol{id, n - 1, n + 1, true});
   }

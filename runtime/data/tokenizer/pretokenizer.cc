@@ -207,6 +207,10 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const json&
     absl::Status s = p->Add(config);
     if (!s.ok()) return s;
   }
+  if (p->metaspace_ && !p->steps_.empty()) {
+    return absl::InvalidArgumentError(
+        "pre_tokenizer: Metaspace together with other steps is not supported (Metaspace alone)");
+  }
   return p;
 }
 
@@ -260,12 +264,99 @@ absl::Status PreTokenizer::Add(const json& step) {
     if (s.splitter || s.add_prefix_space) steps_.push_back(std::move(s));
     return absl::OkStatus();
   }
+  if (type == "Metaspace") {
+    if (metaspace_) return absl::InvalidArgumentError("pre_tokenizer: two Metaspace steps");
+    absl::StatusOr<Metaspace> m = Metaspace::FromJson(step);
+    if (!m.ok()) return m.status();
+    metaspace_ = std::make_unique<Metaspace>(*std::move(m));
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrFormat(
-      "pre_tokenizer type \"%s\" is not supported (Sequence, Split, ByteLevel)", Echo(type)));
+      "pre_tokenizer type \"%s\" is not supported (Sequence, Split, ByteLevel, Metaspace)",
+      Echo(type)));
 }
 
-void PreTokenizer::Split(absl::string_view text, std::vector<absl::string_view>* out,
+absl::StatusOr<Metaspace> Metaspace::FromJson(const json& step) {
+  Metaspace m;
+  m.replacement = step.value("replacement", std::string("\u2581"));
+  size_t len = 0;
+  if (!m.replacement.empty()) NextCodePoint(m.replacement, &len);
+  if (m.replacement.empty() || len != m.replacement.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pre_tokenizer Metaspace: replacement \"%s\" is not one character", Echo(m.replacement)));
+  }
+  m.split = step.value("split", true);
+  // Files written before prepend_scheme existed say add_prefix_space; false means never.
+  const json scheme = step.value("prepend_scheme", json());
+  if (step.contains("add_prefix_space") && step.at("add_prefix_space").is_boolean() &&
+      !step.at("add_prefix_space").get<bool>()) {
+    m.prepend = Prepend::kNever;
+  } else if (scheme.is_null()) {
+    m.prepend = Prepend::kAlways;
+  } else {
+    const std::string s = scheme.get<std::string>();
+    if (s == "always") {
+      m.prepend = Prepend::kAlways;
+    } else if (s == "first") {
+      m.prepend = Prepend::kFirst;
+    } else if (s == "never") {
+      m.prepend = Prepend::kNever;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pre_tokenizer Metaspace: prepend_scheme \"%s\" is not one of always, first, never",
+          Echo(s)));
+    }
+  }
+  return m;
+}
+
+void Metaspace::Split(absl::string_view text, bool at_start, std::vector<absl::string_view>* out,
+                      std::deque<std::string>* scratch) const {
+  if (text.empty()) return;
+  std::string& s = scratch->emplace_back();
+  s.reserve(text.size() + 8);
+  const bool add = prepend == Prepend::kAlways || (prepend == Prepend::kFirst && at_start);
+  if (add && !absl::StartsWith(text, replacement) && text[0] != ' ') s += replacement;
+  for (char c : text) {
+    if (c == ' ') {
+      s += replacement;
+    } else {
+      s += c;
+    }
+  }
+  const absl::string_view all = s;
+  if (!split) {
+    out->push_back(all);
+    return;
+  }
+  // MergedWithNext, as Hugging Face folds it from the end: a replacement directly
+  // followed by other text joins that text; one followed by another replacement, or
+  // ending the text, is a piece of its own.
+  std::vector<absl::string_view> pieces;  // in reverse order
+  size_t end = all.size();                // the text after `end` is emitted
+  size_t i = all.size();
+  while (i > 0) {
+    size_t start = i;
+    do {
+      --start;
+    } while (start > 0 && (static_cast<uint8_t>(all[start]) & 0xC0) == 0x80);
+    if (i - start == replacement.size() && all.compare(start, i - start, replacement) == 0) {
+      // With the text after it, or alone (end == i) when a replacement or nothing follows.
+      pieces.push_back(all.substr(start, end - start));
+      end = start;
+    }
+    i = start;
+  }
+  if (end > 0) pieces.push_back(all.substr(0, end));
+  out->insert(out->end(), pieces.rbegin(), pieces.rend());
+}
+
+void PreTokenizer::Split(absl::string_view text, bool at_start, std::vector<absl::string_view>* out,
                          std::deque<std::string>* scratch) const {
+  if (metaspace_) {
+    metaspace_->Split(text, at_start, out, scratch);
+    return;
+  }
   if (steps_.empty()) {
     if (!text.empty()) out->push_back(text);
     return;

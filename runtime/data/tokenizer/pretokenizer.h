@@ -6,6 +6,10 @@
 // character when a non-space follows, which is exactly what the backtracking lookahead
 // yields. Any other lookaround is refused at load. Immutable after construction; safe
 // to use from any number of threads at once.
+// Also the Metaspace pre-tokenizer of SentencePiece-style tokenizers (Mistral's and
+// newer Llama 2 conversions): spaces become "\u2581", one is prepended (prepend_scheme
+// always, or first: only to the piece at the start of the input), and with split the
+// text is cut before each "\u2581" that starts a word (Hugging Face's MergedWithNext).
 #pragma once
 
 #include <deque>
@@ -54,18 +58,35 @@ class RegexSplitter {
   bool remove_matches_ = false;
 };
 
+// Hugging Face's Metaspace pre-tokenizer on one piece of text.
+struct Metaspace {
+  enum class Prepend { kAlways, kFirst, kNever };
+  std::string replacement = "\u2581";
+  Prepend prepend = Prepend::kAlways;
+  bool split = true;
+
+  // InvalidArgument naming the field for a bad replacement or prepend_scheme.
+  static absl::StatusOr<Metaspace> FromJson(const nlohmann::json& step);
+  // Appends the pieces of `text` (`at_start`: it begins the input, for kFirst) to `out`,
+  // as views into a string it appends to `*scratch`.
+  void Split(absl::string_view text, bool at_start, std::vector<absl::string_view>* out,
+             std::deque<std::string>* scratch) const;
+};
+
 // The pre-tokenizer chain of tokenizer.json ("pre_tokenizer"): Sequence, Split and
-// ByteLevel steps. A byte-level BPE needs a ByteLevel step somewhere in it.
+// ByteLevel steps, or a Metaspace step alone. A byte-level BPE needs a ByteLevel step.
 class PreTokenizer {
  public:
   // InvalidArgument naming the unsupported type, behavior or pattern.
   static absl::StatusOr<std::unique_ptr<PreTokenizer>> FromJson(const nlohmann::json& config);
   ~PreTokenizer();
 
-  // Appends the pieces of `text` to `out`. Pieces are views into `text` unless a
-  // ByteLevel step adds a prefix space; then they are views into `*scratch`, which the
-  // caller keeps alive (and must not reuse) while it uses the pieces.
-  void Split(absl::string_view text, std::vector<absl::string_view>* out,
+  // Appends the pieces of `text` to `out`; `at_start` says that `text` begins the input
+  // (it matters to Metaspace's prepend_scheme "first" only). Pieces are views into `text`
+  // unless a ByteLevel step adds a prefix space or a Metaspace step rewrites it; then they
+  // are views into `*scratch`, which the caller keeps alive (and must not reuse) while it
+  // uses the pieces.
+  void Split(absl::string_view text, bool at_start, std::vector<absl::string_view>* out,
              std::deque<std::string>* scratch) const;
 
   bool has_byte_level() const { return has_byte_level_; }
@@ -80,6 +101,7 @@ class PreTokenizer {
   };
   std::vector<Step> steps_;
   bool has_byte_level_ = false;
+  std::unique_ptr<Metaspace> metaspace_;  // the only step when set
 };
 
 // GPT-2's byte-to-unicode table: byte b's stand-in character, and the inverse (code

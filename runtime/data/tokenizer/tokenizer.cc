@@ -7,8 +7,11 @@
 #include <deque>
 #include <sys/stat.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
 #include "runtime/io/file_access.h"
 #include "runtime/io/json_nesting.h"
@@ -63,22 +66,30 @@ absl::Status Invalid(const std::string& source, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(EchoPath(source), ": ", what));
 }
 
-// NFC, or nothing: the normalizers Qwen2 and Llama 3 use.
-absl::StatusOr<bool> ParseNormalizer(const json& n) {
-  if (n.is_null()) return false;
-  const std::string type = n.value("type", "");
-  if (type == "NFC") return true;
-  if (type == "Sequence") {
-    bool nfc = false;
-    for (const json& step : n.at("normalizers")) {
-      absl::StatusOr<bool> s = ParseNormalizer(step);
-      if (!s.ok()) return s;
-      nfc = nfc || *s;
-    }
-    return nfc;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrFormat("normalizer type \"%s\" is not supported (null, NFC)", Echo(type)));
+// NFC composition of `text` into *out; false (and *out untouched) when it changes
+// nothing or the text is not valid UTF-8 (then it is left as it is).
+bool Nfc(absl::string_view text, std::string* out) {
+  bool ascii = true;
+  for (unsigned char c : text) ascii = ascii && c < 0x80;
+  if (ascii) return false;
+  utf8proc_uint8_t* mapped = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &mapped,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) return false;
+  out->assign(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
+  std::free(mapped);
+  return true;
+}
+
+// A Replace step's pattern: only {"String": ...} (a Regex pattern is refused).
+absl::StatusOr<std::string> ReplacePattern(const json& step, const char* where) {
+  const json& pat = step.at("pattern");
+  if (pat.is_object() && pat.contains("String")) return pat.at("String").get<std::string>();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s Replace: only a String pattern is supported (not %s)", where,
+      Echo(pat.dump(), 100)));
 }
 
 }  // namespace
@@ -108,6 +119,89 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view
   return t;
 }
 
+absl::Status Tokenizer::ParseNormalizer(const json& n) {
+  if (n.is_null()) return absl::OkStatus();
+  const std::string type = n.value("type", "");
+  if (type == "Sequence") {
+    for (const json& step : n.at("normalizers")) {
+      absl::Status s = ParseNormalizer(step);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  if (type == "NFC") {
+    normalizer_.push_back(NormalizerStep{NormalizerStep::kNfc, "", ""});
+    return absl::OkStatus();
+  }
+  if (type == "Prepend") {
+    normalizer_.push_back(
+        NormalizerStep{NormalizerStep::kPrepend, "", n.at("prepend").get<std::string>()});
+    return absl::OkStatus();
+  }
+  if (type == "Replace") {
+    absl::StatusOr<std::string> pattern = ReplacePattern(n, "normalizer");
+    if (!pattern.ok()) return pattern.status();
+    if (pattern->empty()) return absl::InvalidArgumentError("normalizer Replace: empty pattern");
+    normalizer_.push_back(NormalizerStep{NormalizerStep::kReplace, *std::move(pattern),
+                                         n.at("content").get<std::string>()});
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "normalizer type \"%s\" is not supported (null, NFC, Prepend, Replace, Sequence)",
+      Echo(type)));
+}
+
+absl::Status Tokenizer::ParseDecoder(const json& d) {
+  if (d.is_null()) return absl::OkStatus();
+  has_decoder_ = true;
+  const std::string type = d.value("type", "");
+  if (type == "Sequence") {
+    for (const json& step : d.at("decoders")) {
+      absl::Status s = ParseDecoder(step);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  DecoderStep step;
+  if (type == "ByteLevel") {
+    if (!bpe_->byte_level()) {
+      return absl::InvalidArgumentError("decoder ByteLevel without a ByteLevel pre-tokenizer");
+    }
+    return absl::OkStatus();  // tokens are raw bytes already
+  } else if (type == "Replace") {
+    absl::StatusOr<std::string> pattern = ReplacePattern(d, "decoder");
+    if (!pattern.ok()) return pattern.status();
+    step.kind = DecoderStep::kReplace;
+    step.pattern = *std::move(pattern);
+    step.content = d.at("content").get<std::string>();
+  } else if (type == "ByteFallback") {
+    step.kind = DecoderStep::kByteFallback;
+  } else if (type == "Fuse") {
+    step.kind = DecoderStep::kFuse;
+  } else if (type == "Strip") {
+    step.kind = DecoderStep::kStrip;
+    step.content = d.at("content").get<std::string>();
+    step.start = d.value("start", 0);
+    step.stop = d.value("stop", 0);
+  } else if (type == "Metaspace") {
+    absl::StatusOr<Metaspace> m = Metaspace::FromJson(d);
+    if (!m.ok()) return m.status();
+    step.kind = DecoderStep::kMetaspace;
+    step.pattern = m->replacement;
+    step.start = m->prepend != Metaspace::Prepend::kNever;
+  } else {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "decoder type \"%s\" is not supported (ByteLevel, Replace, ByteFallback, Fuse, Strip, "
+        "Metaspace, Sequence)", Echo(type)));
+  }
+  if (bpe_->byte_level()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "decoder type \"%s\" with a ByteLevel pre-tokenizer is not supported", Echo(type)));
+  }
+  decoder_.push_back(std::move(step));
+  return absl::OkStatus();
+}
+
 absl::Status Tokenizer::Parse(absl::string_view json_text) {
   // Deep nesting would exhaust the stack (the normalizer walk below recurses, and so
   // do parts of the JSON library).
@@ -122,22 +216,23 @@ absl::Status Tokenizer::Parse(absl::string_view json_text) {
     return Invalid(source_, absl::StrCat("not valid JSON (", Echo(e.what(), 400), ")"));
   }
   try {
-    absl::StatusOr<bool> nfc = ParseNormalizer(j.value("normalizer", json()));
-    if (!nfc.ok()) return Invalid(source_, std::string(nfc.status().message()));
-    nfc_ = *nfc;
+    absl::Status norm = ParseNormalizer(j.value("normalizer", json()));
+    if (!norm.ok()) return Invalid(source_, std::string(norm.message()));
 
     absl::StatusOr<std::unique_ptr<PreTokenizer>> pre =
         PreTokenizer::FromJson(j.value("pre_tokenizer", json()));
     if (!pre.ok()) return Invalid(source_, std::string(pre.status().message()));
     pre_ = *std::move(pre);
-    if (!pre_->has_byte_level()) {
-      return Invalid(source_, "pre_tokenizer has no ByteLevel step (only byte-level BPE is supported)");
-    }
 
-    absl::StatusOr<BytePairEncoding> bpe = BytePairEncoding::FromJson(j.at("model"));
+    // Without a ByteLevel step the vocabulary is plain text (SentencePiece-style).
+    absl::StatusOr<BytePairEncoding> bpe =
+        BytePairEncoding::FromJson(j.at("model"), pre_->has_byte_level());
     if (!bpe.ok()) return Invalid(source_, std::string(bpe.status().message()));
     bpe_ = std::make_unique<BytePairEncoding>(*std::move(bpe));
     vocab_size_ = bpe_->size();
+
+    absl::Status dec = ParseDecoder(j.value("decoder", json()));
+    if (!dec.ok()) return Invalid(source_, std::string(dec.message()));
 
     for (const json& a : j.value("added_tokens", json::array())) {
       AddedToken t;
@@ -236,26 +331,44 @@ void Tokenizer::SplitAdded(absl::string_view text, bool normalized, std::vector<
 }
 
 bool Tokenizer::Normalize(absl::string_view text, std::string* out) const {
-  if (!nfc_) return false;
-  bool ascii = true;
-  for (unsigned char c : text) ascii = ascii && c < 0x80;
-  if (ascii) return false;
-  utf8proc_uint8_t* mapped = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &mapped,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) return false;  // not valid UTF-8: left as it is
-  out->assign(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
-  std::free(mapped);
-  return true;
+  if (normalizer_.empty() || text.empty()) return false;
+  bool changed = false;
+  std::string next;
+  for (const NormalizerStep& step : normalizer_) {
+    const absl::string_view cur = changed ? absl::string_view(*out) : text;
+    switch (step.kind) {
+      case NormalizerStep::kNfc:
+        if (!Nfc(cur, &next)) continue;
+        break;
+      case NormalizerStep::kPrepend:
+        if (cur.empty()) continue;  // as Hugging Face's: nothing before nothing
+        next = absl::StrCat(step.content, cur);
+        break;
+      case NormalizerStep::kReplace: {
+        if (cur.find(step.pattern) == absl::string_view::npos) continue;
+        next.clear();
+        next.reserve(cur.size() + cur.size() / 4);
+        size_t pos = 0;
+        for (size_t at; (at = cur.find(step.pattern, pos)) != absl::string_view::npos;
+             pos = at + step.pattern.size()) {
+          next.append(cur.data() + pos, at - pos);
+          next += step.content;
+        }
+        next.append(cur.data() + pos, cur.size() - pos);
+        break;
+      }
+    }
+    out->swap(next);
+    changed = true;
+  }
+  return changed;
 }
 
-void Tokenizer::EncodeText(absl::string_view text, std::vector<int32_t>* out,
+void Tokenizer::EncodeText(absl::string_view text, bool at_start, std::vector<int32_t>* out,
                            BpeCache* cache) const {
   std::vector<absl::string_view> words;
   std::deque<std::string> scratch;
-  pre_->Split(text, &words, &scratch);
+  pre_->Split(text, at_start, &words, &scratch);
   for (absl::string_view w : words) bpe_->Encode(w, out, cache);
 }
 
@@ -271,9 +384,11 @@ void Tokenizer::Encode(absl::string_view text, bool add_special_tokens, std::vec
       out->push_back(p.added_id);
       continue;
     }
+    // Hugging Face's Metaspace "first": the piece's offset in the input is 0.
+    const bool at_start = p.text.data() == text.data();
     absl::string_view body = Normalize(p.text, &normalized) ? absl::string_view(normalized) : p.text;
     if (!any_normalized_added_) {
-      EncodeText(body, out, cache);
+      EncodeText(body, at_start, out, cache);
       continue;
     }
     inner.clear();
@@ -282,7 +397,7 @@ void Tokenizer::Encode(absl::string_view text, bool add_special_tokens, std::vec
       if (q.added_id >= 0) {
         out->push_back(q.added_id);
       } else {
-        EncodeText(q.text, out, cache);
+        EncodeText(q.text, at_start && q.text.data() == body.data(), out, cache);
       }
     }
   }
@@ -297,20 +412,82 @@ std::vector<int32_t> Tokenizer::Encode(absl::string_view text, bool add_special_
 }
 
 std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const {
-  std::string text;
+  // The tokens' texts: added tokens' contents, the model's pieces.
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
     const AddedToken* added = nullptr;
     for (const AddedToken& t : added_) {
       if (t.id == id) added = &t;
     }
     if (added != nullptr) {
-      if (!(skip_special_tokens && added->special)) text += added->content;
-    } else {
-      absl::string_view b = bpe_->TokenBytes(id);
-      text.append(b.data(), b.size());
+      if (!(skip_special_tokens && added->special)) tokens.push_back(added->content);
+    } else if (id >= 0 && id < bpe_->size()) {
+      tokens.emplace_back(bpe_->TokenBytes(id));
     }
   }
-  return text;
+  if (bpe_->byte_level()) return absl::StrJoin(tokens, "");
+  if (!has_decoder_) return absl::StrJoin(tokens, " ");  // as Hugging Face does without one
+  for (const DecoderStep& step : decoder_) {
+    switch (step.kind) {
+      case DecoderStep::kReplace:
+        for (std::string& t : tokens) t = absl::StrReplaceAll(t, {{step.pattern, step.content}});
+        break;
+      case DecoderStep::kByteFallback: {
+        // Runs of "<0xNN>" become their bytes when those are UTF-8, else one U+FFFD each.
+        std::vector<std::string> next;
+        std::string run;
+        size_t run_tokens = 0;
+        auto flush = [&] {
+          if (run_tokens == 0) return;
+          if (IsValidUtf8(run)) {
+            next.push_back(run);
+          } else {
+            for (size_t k = 0; k < run_tokens; ++k) next.push_back("\xEF\xBF\xBD");
+          }
+          run.clear();
+          run_tokens = 0;
+        };
+        for (std::string& t : tokens) {
+          const int b = BytePieceValue(t);
+          if (b >= 0) {
+            run.push_back(static_cast<char>(b));
+            ++run_tokens;
+          } else {
+            flush();
+            next.push_back(std::move(t));
+          }
+        }
+        flush();
+        tokens.swap(next);
+        break;
+      }
+      case DecoderStep::kFuse:
+        tokens = {absl::StrJoin(tokens, "")};
+        break;
+      case DecoderStep::kStrip:
+        for (std::string& t : tokens) {
+          int cut = 0;
+          while (cut < step.start && absl::StartsWith(absl::string_view(t).substr(cut * step.content.size()), step.content)) ++cut;
+          t.erase(0, cut * step.content.size());
+          cut = 0;
+          while (cut < step.stop && t.size() >= step.content.size() &&
+                 absl::EndsWith(t, step.content)) {
+            t.resize(t.size() - step.content.size());
+            ++cut;
+          }
+        }
+        break;
+      case DecoderStep::kMetaspace:
+        // As Hugging Face's: every replacement becomes a space, except that those of the
+        // first token are dropped when a prefix was prepended.
+        for (size_t k = 0; k < tokens.size(); ++k) {
+          tokens[k] = absl::StrReplaceAll(tokens[k], {{step.pattern, k == 0 && step.start ? "" : " "}});
+        }
+        break;
+    }
+  }
+  return absl::StrJoin(tokens, "");
 }
 
 std::optional<int32_t> Tokenizer::TokenId(absl::string_view token) const {

@@ -1,11 +1,19 @@
-// Tokenizer: a Hugging Face tokenizer.json of the byte-level BPE kind that Qwen2/Qwen3,
-// Llama 3 and GPT-2 ship, run natively: added tokens split out first (leftmost-longest,
-// with their lstrip/rstrip/single_word/normalized flags), then the normalizer (none or
-// NFC, via utf8proc), the pre-tokenizer (pretokenizer.h), the BPE model (bpe.h) and,
-// when asked for special tokens, the post-processor (TemplateProcessing; ByteLevel adds
-// nothing to ids). The ids equal those of the tokenizers package
-// (tests/runtime/data/tokenizer/tokenizer_test.cc checks fixtures made with it). Immutable after Load; Encode is safe on many threads,
-// each with its own BpeCache.
+// Tokenizer: a Hugging Face tokenizer.json with a BPE model, run natively, of the two
+// kinds that the common models ship:
+//   byte-level BPE (Qwen2/Qwen3, Llama 3, GPT-2): a ByteLevel pre-tokenizer step;
+//   SentencePiece-style BPE (Llama 2, Mistral, TinyLlama, CodeLlama): "\u2581" for spaces
+//     via the Prepend + Replace normalizers or the Metaspace pre-tokenizer, byte fallback
+//     to "<0xNN>" pieces, an unknown piece.
+// Added tokens are split out first (leftmost-longest, with their lstrip/rstrip/
+// single_word/normalized flags), then each remaining piece goes through the normalizer
+// (a sequence of NFC via utf8proc, Prepend and Replace of a string), the pre-tokenizer
+// (pretokenizer.h), the BPE model (bpe.h) and, when asked for special tokens, the
+// post-processor (TemplateProcessing; ByteLevel adds nothing to ids). Decoding follows
+// the file's decoder (ByteLevel; or Replace, ByteFallback, Fuse, Strip, Metaspace).
+// Anything else is refused at load with an error naming it. The ids equal those of the
+// tokenizers package (tests/runtime/data/tokenizer/tokenizer_test.cc checks fixtures
+// made with it). Immutable after Load; Encode is safe on many threads, each with its own
+// BpeCache.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +47,10 @@ class Tokenizer {
               BpeCache* cache = nullptr) const;
   std::vector<int32_t> Encode(absl::string_view text, bool add_special_tokens = false) const;
 
-  // The text of `ids` (bytes of BPE tokens, contents of added ones); with
-  // skip_special_tokens, special added tokens are left out.
+  // The text of `ids` as the tokenizers package's decode gives it: byte-level, the bytes
+  // of the tokens; otherwise the decoder's steps over the tokens' texts (Llama 2's turns
+  // "\u2581" into spaces, "<0xNN>" runs into their UTF-8 text, and drops the first
+  // space). With skip_special_tokens, special added tokens are left out.
   std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens = false) const;
 
   // The id of an added token by content, or of a vocabulary token by its raw text.
@@ -64,17 +74,36 @@ class Tokenizer {
     int32_t added_id = -1;
   };
 
+  // One step of the normalizer sequence.
+  struct NormalizerStep {
+    enum Kind { kNfc, kPrepend, kReplace } kind;
+    std::string pattern, content;  // kPrepend: content; kReplace: pattern -> content
+  };
+  // One step of the decoder sequence (SentencePiece-style tokenizers).
+  struct DecoderStep {
+    enum Kind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
+    std::string pattern, content;  // kReplace; kMetaspace: pattern = replacement
+    int start = 0, stop = 0;       // kStrip (content is the character); kMetaspace: start=1
+                                   // drops the first token's replacements
+  };
+
   Tokenizer() = default;
   absl::Status Parse(absl::string_view json_text);
+  absl::Status ParseNormalizer(const nlohmann::json& n);
+  absl::Status ParseDecoder(const nlohmann::json& d);
   // Splits `text` on the added tokens with normalized == `normalized`.
   void SplitAdded(absl::string_view text, bool normalized, std::vector<Piece>* out) const;
-  void EncodeText(absl::string_view text, std::vector<int32_t>* out, BpeCache* cache) const;
+  // `at_start`: `text` begins the input (Metaspace's prepend_scheme "first").
+  void EncodeText(absl::string_view text, bool at_start, std::vector<int32_t>* out,
+                  BpeCache* cache) const;
   bool Normalize(absl::string_view text, std::string* out) const;
 
   std::string source_;
   uint64_t fingerprint_ = 0;
   int64_t vocab_size_ = 0;
-  bool nfc_ = false;
+  std::vector<NormalizerStep> normalizer_;
+  std::vector<DecoderStep> decoder_;
+  bool has_decoder_ = false;
   std::unique_ptr<PreTokenizer> pre_;
   std::unique_ptr<BytePairEncoding> bpe_;
   std::vector<AddedToken> added_;

@@ -40,7 +40,8 @@ std::string FixtureDir(const std::string& family) {
 const Tokenizer& Fixture(const std::string& family) {
   static auto* qwen = Tokenizer::Load(FixtureDir("qwen2")).value().release();
   static auto* llama = Tokenizer::Load(FixtureDir("llama3")).value().release();
-  return family == "qwen2" ? *qwen : *llama;
+  static auto* stories = Tokenizer::Load(FixtureDir("stories260k")).value().release();
+  return family == "qwen2" ? *qwen : family == "stories260k" ? *stories : *llama;
 }
 
 // A fresh directory per test under TempDir().
@@ -181,6 +182,48 @@ TEST(TextDatasetTest, Llama3RenderingAndAssistantMask) {
   want.Token("<|end_of_text|>", false);
   want.flags[0] |= kTokenDocumentStart;
   EXPECT_EQ(flags, want.flags);
+}
+
+// Llama 2's [INST] format (a llama model with a </s> tokenizer, here stories260K's) and
+// Mistral's (<s> once, the system message without <<SYS>>).
+TEST(TextDatasetTest, InstRenderingAndAssistantMaskForLlama2AndMistral) {
+  const Tokenizer& tok = Fixture("stories260k");
+  for (ModelFamily family : {ModelFamily::kLlama, ModelFamily::kMistral}) {
+    const bool llama2 = family == ModelFamily::kLlama;
+    const Expected got = EncodeLine("stories260k", TextFormat::kChat, family, kChat);
+    Expected want{&tok};
+    want.Token("<s>", false);
+    want.Text(llama2 ? "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHello there [/INST]"
+                     : "[INST] You are terse.\n\nHello there [/INST]",
+              false);
+    want.Text("Hi. What now?", true);
+    want.Token("</s>", true);
+    if (llama2) want.Token("<s>", false);
+    want.Text("[INST] Count 1 2 3 [/INST]", false);
+    want.Text("One two three", true);
+    want.Token("</s>", true);
+    want.flags[0] |= kTokenDocumentStart;
+    EXPECT_EQ(got.ids, want.ids) << FamilyName(family);
+    EXPECT_EQ(got.flags, want.flags) << FamilyName(family);
+    // The assistant's text is tokenized apart; its ids are those of "[/INST] {content}"
+    // in the rendered string, whose Prepend gives the same "\u2581" before its first word.
+    const std::string rendered =
+        llama2 ? "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHello there [/INST] Hi. What now?"
+                 "</s><s>[INST] Count 1 2 3 [/INST] One two three</s>"
+               : "<s>[INST] You are terse.\n\nHello there [/INST] Hi. What now?</s>"
+                 "[INST] Count 1 2 3 [/INST] One two three</s>";
+    // (The rendered string's pieces after </s> also get the Prepend "\u2581".)
+    EXPECT_EQ(tok.Decode(got.ids), tok.Decode(tok.Encode(rendered)));
+  }
+  // Text documents: <s> from the template, </s> at the end.
+  const Expected text = EncodeLine("stories260k", TextFormat::kText, ModelFamily::kLlama,
+                                   R"({"text": "Once upon a time"})");
+  Expected want{&tok};
+  want.Text("Once upon a time", true, /*special=*/true);
+  want.Token("</s>", true);
+  want.flags[0] |= kTokenDocumentStart;
+  EXPECT_EQ(text.ids, want.ids);
+  EXPECT_EQ(text.flags, want.flags);
 }
 
 TEST(TextDatasetTest, MissingSpecialTokenIsNamed) {

@@ -1,6 +1,7 @@
 // Our model code against Hugging Face transformers: tiny random Llama (llama3 rope
 // scaling, attention and MLP biases), Qwen2 (q/k/v biases, tied embeddings, sharded
-// files) and Qwen3 (q/k norms, head_dim != hidden/heads) models saved by
+// files), Qwen3 (q/k norms, head_dim != hidden/heads) and Mistral (sliding_window 4096,
+// longer than the batch; skipped until its fixture is made) models saved by
 // tests/reference/make_fixtures.py with their logits, loss and every parameter's
 // gradient for a fixed batch. We load the directories with our reader, run forward and
 // backward with plain LibTorch autograd over our model code, and match within 1e-4
@@ -8,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,9 @@ class HfReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfReference, LogitsLossAndGradientsMatchTransformers) {
   const std::string dir = std::string(SLIDEDP_SOURCE_DIR) + "/tests/reference/fixtures/" + GetParam();
+  if (GetParam() == "mistral" && !std::filesystem::exists(dir + "/reference.safetensors")) {
+    GTEST_SKIP() << dir << " is not made yet: make_fixtures.py --families mistral on the GPU host";
+  }
   absl::StatusOr<ModelConfig> config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
   HostState state(*config, at::kFloat, 0, false);
@@ -80,7 +85,7 @@ TEST_P(HfReference, LogitsLossAndGradientsMatchTransformers) {
   EXPECT_EQ(checked, in_fixture);  // every reference gradient has a parameter of ours
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HfReference, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Families, HfReference, ::testing::Values("llama", "qwen2", "qwen3", "mistral"));
 
 }  // namespace
 }  // namespace slidedp

@@ -73,6 +73,7 @@ void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b, const std::str
   EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings) << what;
   EXPECT_EQ(a.bos_token_id, b.bos_token_id) << what;
   EXPECT_EQ(a.eos_token_id, b.eos_token_id) << what;
+  EXPECT_EQ(a.sliding_window, b.sliding_window) << what;
 }
 
 TEST(ModelConfigTest, ParsesLlama31) {
@@ -89,6 +90,50 @@ TEST(ModelConfigTest, ParsesLlama31) {
   EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias || c.qk_norm || c.tie_word_embeddings);
   EXPECT_EQ(c.bos_token_id, 128000);
   ExpectSameConfig(c, *PresetConfig("llama-3.1-8b"), "preset matches the published config");
+}
+
+// Mistral-7B-v0.1's config.json as published: the Llama layout, no biases, a window.
+constexpr const char* kMistral7B = R"({
+  "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0",
+  "use_cache": true, "vocab_size": 32000})";
+
+TEST(ModelConfigTest, ParsesMistralAndItsSlidingWindow) {
+  ModelConfig c = MustParse(kMistral7B);
+  EXPECT_EQ(c.family, ModelFamily::kMistral);
+  EXPECT_EQ(c.vocab_size, 32000);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_id, 2);
+  EXPECT_FALSE(c.qkv_bias || c.o_bias || c.mlp_bias || c.qk_norm || c.tie_word_embeddings);
+  EXPECT_TRUE(CheckSequenceLength(c, 4096).ok());
+  absl::Status too_long = CheckSequenceLength(c, 8192);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.message().find("8192"), std::string::npos) << too_long;
+  EXPECT_NE(too_long.message().find("sliding_window 4096"), std::string::npos) << too_long;
+
+  nlohmann::json j = nlohmann::json::parse(kMistral7B);
+  j["sliding_window"] = nullptr;  // Mistral 7B v0.2 and later: full attention
+  c = MustParse(j.dump());
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_TRUE(CheckSequenceLength(c, 1 << 20).ok());
+  j.erase("sliding_window");  // MistralConfig's default
+  EXPECT_EQ(MustParse(j.dump()).sliding_window, 4096);
+  j["sliding_window"] = -1;
+  EXPECT_FALSE(ParseModelConfigJson(j.dump(), "config.json").ok());
+
+  // Written back as a Mistral config that keeps the window.
+  const nlohmann::json out = nlohmann::json::parse(ModelConfigToJson(MustParse(kMistral7B)));
+  EXPECT_EQ(out["architectures"][0], "MistralForCausalLM");
+  EXPECT_EQ(out["model_type"], "mistral");
+  EXPECT_EQ(out["sliding_window"], 4096);
+  ExpectSameConfig(MustParse(out.dump()), MustParse(kMistral7B), "round trip");
 }
 
 TEST(ModelConfigTest, ParsesQwen25) {
@@ -176,7 +221,7 @@ TEST(ModelConfigTest, BadConfigsNameTheField) {
       {"not object", "[1, 2]", "not an object"},
       {"deep", std::string(5000, '[') + std::string(5000, ']'), "nested"},
       {"no model_type", R"({"hidden_size": 8})", "model_type"},
-      {"unknown model_type", Base(hh, "mistral"), "mistral"},
+      {"unknown model_type", Base(hh, "gemma"), "gemma"},  // (mistral was the example until it was supported)
       {"missing hidden_size", Base(R"(,"num_attention_heads":2)"), "hidden_size"},
       {"hidden_size string", Base(R"(,"hidden_size":"8","num_attention_heads":2)"), "hidden_size"},
       {"hidden_size float", Base(R"(,"hidden_size":8.0,"num_attention_heads":2)"), "hidden_size"},
