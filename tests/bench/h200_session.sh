@@ -7,7 +7,7 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw moments4
-# moments7b (issue 22's moment dtypes) keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
+# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
@@ -141,6 +141,36 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            for conf in "" expandable_segments:True; do
              echo "PYTORCH_CUDA_ALLOC_CONF=$conf"
              PYTORCH_CUDA_ALLOC_CONF=$conf '"$SB"' --steps=3 --micro_batch_size=4 --grad_accum=4 | grep -E "mean of|blocks kept"
+           done' ;;
+    # Issue 23's fixtures from Hugging Face on this host (carry build/stories260K, a copy of
+    # ../shared/models/stories260K), copied into the tree for the tests that follow and
+    # returned under r/fixtures.
+    fixtures23) TAILN=12 step fixtures23 150 bash -c '
+           set -e; F='"$R"'/fixtures; T=tests/reference/fixtures
+           python3 tests/reference/make_tokenizer_fixtures.py $F/tok --only mistral,metaspace_first,metaspace_split
+           python3 tests/reference/make_fixtures.py --out $F/fx --families mistral
+           python3 tests/reference/make_stories260k_fixture.py $T/stories260k/model $F/st
+           python3 -c "import tokenizers, transformers; print(\"tokenizers\", tokenizers.__version__, \"transformers\", transformers.__version__)"
+           cp $F/tok/mistral/encodings.jsonl $F/tok/mistral/versions.json $T/tokenizer/mistral/
+           cp -r $F/tok/metaspace_* $T/tokenizer/
+           mkdir -p $T/mistral $T/stories260k && cp -r $F/fx/mistral/. $T/mistral/ && cp $F/st/reference.safetensors $T/stories260k/
+           find $F -type f | sort' ;;
+    # Issue 20: the policy's kept blocks at 16 x 4096 beside plain PyTorch's best batch.
+    b16plain) TAILN=6 step b16plain 150 bash -c '
+           '"$SB"' --steps=3 --micro_batch_size=4 --grad_accum=4 | grep -E "mean of|blocks kept"
+           python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 2>&1 | grep RESULT' ;;
+    # Issue 22's capacity: qwen3-14b (14.77B) with 8-bit moments at 16 x 4096 on this host
+    # (125 GiB), and how plain PyTorch and FSDP2 with CPU offload fail on the same shape
+    # (host memory sampled every 5 s while they run).
+    cap14b) TAILN=8 step cap14b 240 $B/step_bench --model=qwen3-14b --state_dtype=int8 --micro_batch_size=4 \
+             --grad_accum=4 --steps=${CAP_STEPS:-2} --prefetch=2 ;;
+    fail14b) TAILN=24 step fail14b ${FAIL_CAP:-240} bash -c '
+           for mode in plain fsdp2_offload; do
+             echo "== $mode qwen3-14b 16 x 4096"
+             (while sleep 5; do free -g | awk "/Mem:/{print \"  host memory used \" \$3 \" GiB\"}"; done) & m=$!
+             timeout ${FAIL_EACH:-100} python3 tests/bench/torch_baseline.py --mode $mode --shape qwen3-14b --batch 16 \
+               --seq 4096 --steps 1 > /tmp/fail_$mode.log 2>&1; rc=$?
+             kill $m; grep -E "RESULT|Error|error|Killed" /tmp/fail_$mode.log | tail -4; echo "  exit status $rc"
            done' ;;
     # Issue 19's "the figures do not move": this tree against a reference commit's
     # (.deps/ref.tar, see tests/bench/ab_reference.sh), interleaved, 3.09B at 4 and 16 x 4096.

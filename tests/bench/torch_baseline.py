@@ -35,12 +35,18 @@ SHAPES = {
     "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
                        num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
                        tie_word_embeddings=False),
+    # Qwen3-style 14.77B (issue 22's capacity run): q/k norms, head_dim 128.
+    "qwen3-14b": dict(vocab_size=151936, hidden_size=5120, intermediate_size=17408,
+                      num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=8,
+                      head_dim=128, tie_word_embeddings=False),
 }
+CONFIGS = {"qwen3-14b": "Qwen3Config"}
 
 
 def build(shape, dtype, device, seq):
-    cfg = transformers.Qwen2Config(**SHAPES[shape], max_position_embeddings=max(32768, seq + 1),
-                                   rope_theta=1000000.0, rms_norm_eps=1e-6, use_cache=False)
+    config_class = getattr(transformers, CONFIGS.get(shape, "Qwen2Config"))
+    cfg = config_class(**SHAPES[shape], max_position_embeddings=max(32768, seq + 1),
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, use_cache=False)
     with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
                                                               torch_dtype=dtype)
@@ -113,6 +119,8 @@ def run(args):
     except torch.OutOfMemoryError:
         print(f"RESULT {args.mode} {args.shape} x{world} {args.batch} {args.seq} OOM (rank {rank})", flush=True)
         return
+    if not times:  # --steps 1: the first step is the figure
+        times = [dt]
     t = sum(times) / len(times)
     if rank == 0:
         print(f"RESULT {args.mode} {args.shape} x{world} {args.batch} {args.seq} {t:.3f} s/step "

@@ -1,5 +1,5 @@
 // stories260K end to end on the CPU device: a real trained Llama model (llama2.c's
-// TinyStories model, ../shared/models/stories260K, README there) with its own
+// TinyStories model, a copy of ../shared/models/stories260K in tests/reference/fixtures/stories260k/model) with its own
 // SentencePiece-style tokenizer. Its loss on a fixed story with its own tokenizer is that
 // of a model that knows the text (a wrong tokenization or layout would be near chance,
 // ln 512 = 6.2), and equals transformers' within 1e-5 where the fixture of
@@ -29,7 +29,7 @@
 namespace slidedp {
 namespace {
 
-const std::string kModelDir = std::string(SLIDEDP_SOURCE_DIR) + "/../shared/models/stories260K";
+const std::string kModelDir = std::string(SLIDEDP_SOURCE_DIR) + "/tests/reference/fixtures/stories260k/model";
 const std::string kFixture =
     std::string(SLIDEDP_SOURCE_DIR) + "/tests/reference/fixtures/stories260k/reference.safetensors";
 

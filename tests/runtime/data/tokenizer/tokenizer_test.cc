@@ -4,7 +4,7 @@
 // pieces, decoders) on hand-made files, and the ids of the fixtures made with the Hugging
 // Face tokenizers package (tests/reference/make_tokenizer_fixtures.py) for Qwen2- and
 // Llama-3-style files, a real Llama-2-format file (Mistral 7B's vocabulary) and
-// stories260K's (../shared/models).
+// stories260K's (tests/reference/fixtures/stories260k/model, from ../shared/models).
 #include "runtime/data/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -397,7 +397,7 @@ TEST(TokenizerFixtures, Llama3MatchesHuggingFace) { CheckFixture("llama3"); }
 TEST(TokenizerFixtures, Stories260kMatchesHuggingFace) { CheckFixture("stories260k"); }
 // ... and the model's own file (merges as "a b" strings) give the same ids.
 TEST(TokenizerFixtures, Stories260kModelFileMatchesHuggingFace) {
-  CheckEncodings(std::string(SLIDEDP_SOURCE_DIR) + "/../shared/models/stories260K",
+  CheckEncodings(std::string(SLIDEDP_SOURCE_DIR) + "/tests/reference/fixtures/stories260k/model",
                  kFixtures + "stories260k/encodings.jsonl", "stories260K");
 }
 
