@@ -12,6 +12,8 @@ int64_t Bytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.e
 
 // Copies are asynchronous (on the current stream) between pinned host memory and a GPU.
 bool Async(const at::Tensor& host, const at::Tensor& dev) { return host.is_pinned() && dev.is_cuda(); }
+// The same for the host state's streamed copy and gradient (HostState::pinned()).
+bool Async(const HostState& state, const at::Tensor& dev) { return state.pinned() && dev.is_cuda(); }
 
 }  // namespace
 
@@ -30,7 +32,7 @@ Event FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState& stat
                 at::Tensor slot, DeviceStreams& streams, const Event& slot_free,
                 TransferCounters& counters) {
   const at::Tensor& host = state.unit(u).params;
-  const bool async = Async(host, slot);
+  const bool async = Async(state, slot);
   streams.Wait(StreamKind::kH2D, slot_free);
   if (route == ParamRoute::kReplicate || shared.world == 1) {
     // Each worker copies the whole unit over its own link, chunk by chunk.
@@ -112,7 +114,7 @@ Landing IssueGradLanding(GradRoute route, int rank, RouteShared& shared, HostSta
     auto use = streams.Use(StreamKind::kD2H);
     at::Tensor dst = fp32 ? hs.grad.narrow(0, b, e - b) : hs.params.narrow(0, b, e - b);
     at::Tensor src = fp32 ? values : bufs.down.narrow(0, 0, e - b);
-    dst.copy_(src, Async(dst, src));
+    dst.copy_(src, Async(state, src));
     bufs.sumsq_host.narrow(0, u, 1).copy_(bufs.sumsq_dev.narrow(0, u, 1), Async(bufs.sumsq_host, bufs.sumsq_dev));
     counters.d2h_bytes += Bytes(dst);
   }

@@ -101,6 +101,7 @@ HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, in
       layout_(BuildLayout(config)),
       compute_dtype_(compute_dtype),
       fp32_grad_(fp32_grad),
+      pinned_(pin),
       moment_dtype_(moments) {
   std::vector<at::Tensor> pinned;
   if (pin) pinned = PinnedBuffers(layout_, compute_dtype, fp32_grad);

@@ -78,6 +78,10 @@ class HostState {
   const std::vector<Chunk>& chunks(int u) const { return chunks_[u]; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
   bool fp32_grad() const { return fp32_grad_; }
+  // The streamed copies and fp32 gradients are page-locked (`pin`): copies to and from
+  // the devices may be asynchronous. (LibTorch's is_pinned() does not always recognize
+  // views into the slab they come from.)
+  bool pinned() const { return pinned_; }
   MomentDtype moment_dtype() const { return moment_dtype_; }
   // Unit `u`'s stored moments from its element 0.
   MomentView moments(int u);
@@ -89,6 +93,7 @@ class HostState {
   ModelLayout layout_;
   at::ScalarType compute_dtype_;
   bool fp32_grad_;
+  bool pinned_;
   MomentDtype moment_dtype_;
   std::vector<UnitState> units_;
   std::vector<std::vector<Chunk>> chunks_;
