@@ -20,6 +20,7 @@ class CpuStreams final : public DeviceStreams {
   int64_t MemoryAllocated() override { return 0; }
   int64_t MemoryPeak() override { return 0; }
   int64_t MemoryTotal() override { return 0; }
+  int64_t MemoryAvailable() override { return 0; }
   void ResetPeak() override {}
 };
 

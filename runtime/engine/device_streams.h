@@ -65,6 +65,9 @@ class DeviceStreams {
   virtual int64_t MemoryAllocated() = 0;
   virtual int64_t MemoryPeak() = 0;
   virtual int64_t MemoryTotal() = 0;
+  // What this process can still allocate on the device: the driver's free memory plus
+  // what LibTorch's cache holds unused (0 on the CPU device).
+  virtual int64_t MemoryAvailable() = 0;
   virtual void ResetPeak() = 0;
 };
 

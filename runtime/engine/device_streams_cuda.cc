@@ -86,6 +86,14 @@ class CudaStreams final : public DeviceStreams {
     SLIDEDP_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     return static_cast<int64_t>(total_b);
   }
+  int64_t MemoryAvailable() override {
+    c10::cuda::CUDAGuard g(device_);
+    size_t free_b = 0, total_b = 0;
+    SLIDEDP_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const auto stats = Stat();
+    return static_cast<int64_t>(free_b) + stats.reserved_bytes[kAggregate].current -
+           stats.allocated_bytes[kAggregate].current;
+  }
   void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(device_); }
 
  private:

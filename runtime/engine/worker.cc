@@ -53,7 +53,7 @@ int64_t LossChunk(int64_t loss_chunk_tokens, int64_t rows) {
 // Activation placement and MLP tiles for this worker's device (activation_policy.h).
 ActivationPlan Activations(const TrainConfig& config, const HostState& state, DeviceStreams* streams) {
   return ChooseActivations(config, state.config(), static_cast<int64_t>(at::elementSize(state.compute_dtype())),
-                           streams->MemoryTotal());
+                           streams->MemoryTotal(), streams->MemoryAvailable());
 }
 
 absl::Status FromException(const std::exception& e) {

@@ -11,7 +11,7 @@
 namespace slidedp {
 
 ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& model, int64_t element_bytes,
-                                 int64_t device_memory) {
+                                 int64_t device_memory, int64_t device_available) {
   const int64_t budget = config.policy.gpu_memory_budget_bytes;
   const int64_t usable = budget > 0 && device_memory > 0 ? std::min(budget, device_memory) : device_memory;
   ActivationPlan plan;
@@ -29,7 +29,8 @@ ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& m
   JobShape job = JobShapeOf(config);
   job.param_bytes = static_cast<int>(element_bytes);
   plan.kept_blocks =
-      KeptBlocks(ShapeOf(model), job, knobs, MemoryBudget(config.policy.gpu_memory_budget_bytes, device_memory));
+      KeptBlocks(ShapeOf(model), job, knobs,
+                 MemoryBudget(config.policy.gpu_memory_budget_bytes, device_available > 0 ? device_available : device_memory));
   return plan;
 }
 

@@ -26,10 +26,12 @@ struct ActivationPlan {
 //    positions x hidden) would take more than 40% of the memory they may use.
 //  - mlp_tile_tokens 0: AutoMlpTile with one intermediate under 1 GiB, and under 1/32 of
 //    the budget when one is set.
-//  - kept_blocks -1: step_model.h's KeptBlocks within MemoryBudget(budget, device_memory)
-//    with the placement chosen above (none on the CPU device).
+//  - kept_blocks -1: step_model.h's KeptBlocks within MemoryBudget(budget,
+//    device_available) with the placement chosen above (none on the CPU device).
+// `device_available`: what the process can still allocate there (0: as `device_memory`),
+// the kept blocks' limit (another process on the GPU leaves less).
 ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& model, int64_t element_bytes,
-                                 int64_t device_memory);
+                                 int64_t device_memory, int64_t device_available = 0);
 
 // The MLP tile alone, as ChooseActivations picks it for micro-batches of `rows`
 // sequences (the step-time model, step_model.cc, predicts with it too).

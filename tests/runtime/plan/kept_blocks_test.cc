@@ -183,6 +183,10 @@ TEST(KeptBlocks, TheWorkerResolvesAutoAgainstTheDevicesMemory) {
   EXPECT_FALSE(plan.offload_inputs);
   // The same count the model gives for the device's memory less the 1 GiB reserve.
   EXPECT_EQ(plan.kept_blocks, KeptBlocks(ShapeOf(m), Job(16), Knobs(4, 4, -1), MemoryBudget(0, kH200)));
+  // Another process holding half the GPU leaves fewer (what this process can allocate).
+  const ActivationPlan shared = ChooseActivations(c, m, 2, kH200, kH200 / 2);
+  EXPECT_EQ(shared.kept_blocks, KeptBlocks(ShapeOf(m), Job(16), Knobs(4, 4, -1), MemoryBudget(0, kH200 / 2)));
+  EXPECT_LT(shared.kept_blocks, plan.kept_blocks);
   // A budget caps it; the job's count wins; the CPU device keeps none by itself.
   c.policy.gpu_memory_budget_bytes = 48 * kGiB;
   EXPECT_LT(ChooseActivations(c, m, 2, kH200).kept_blocks, plan.kept_blocks);
