@@ -41,7 +41,7 @@ class EngineTrainer final : public Trainer {
                 std::unique_ptr<HostState> state, std::unique_ptr<Dataset> data, EvalOptions eval,
                 PlanManager plan, std::shared_ptr<const StopToken> stop)
       : requested_(config), config_(effective), model_(model), state_(std::move(state)), data_(std::move(data)),
-        eval_(std::move(eval)), plan_(std::move(plan)), stop_(std::move(stop)), probe_(config.policy.auto_plan) {
+        eval_(std::move(eval)), plan_(std::move(plan)), stop_(std::move(stop)), probe_(config.policy.auto_plan || config.policy.kept_blocks < 0) {
     if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
   }
 
@@ -130,6 +130,11 @@ class EngineTrainer final : public Trainer {
   // After a GPU out-of-memory in the workers: forgets the step's landings, shrinks the
   // plan until the workers fit, so that the same step can run again.
   absl::Status RecoverFromOutOfMemory(absl::Status error);
+  // Whether a GPU out-of-memory in the step that just failed may shrink the plan and run
+  // the step again: with policy.auto; or with kept blocks the job left to auto, while any
+  // are kept and this step's updates waited for its last landing (clipping, or a plan's
+  // first step), so that nothing of it was applied.
+  bool CanShrinkAfterOutOfMemory() const;
   // Shrinks the plan and rebuilds the workers while `error` is an out-of-memory
   // (`step`: the 0-based step it happened in, or about to run).
   absl::Status ShrinkUntilBuilt(absl::Status error, int64_t step);

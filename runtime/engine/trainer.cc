@@ -364,8 +364,9 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
   const double lr = LearningRate(config_.optimizer, step_, config_.steps);
   int64_t tokens = 0;
   absl::StatusOr<std::vector<WorkerStepResult>> results = RunWorkers(*batch, lr, &tokens);
-  // A GPU out of memory with policy.auto: a smaller plan, the same step again.
-  while (!results.ok() && absl::IsResourceExhausted(results.status()) && requested_.policy.auto_plan &&
+  // A GPU out of memory with policy.auto (or kept blocks left to auto): a smaller plan,
+  // the same step again.
+  while (!results.ok() && absl::IsResourceExhausted(results.status()) && CanShrinkAfterOutOfMemory() &&
          !StopRequested(stop_.get())) {
     if (absl::Status s = RecoverFromOutOfMemory(results.status()); !s.ok()) return s;
     results = RunWorkers(*batch, lr, &tokens);

@@ -57,6 +57,12 @@ absl::Status EngineTrainer::RecoverFromOutOfMemory(absl::Status error) {
   return ShrinkUntilBuilt(std::move(error), step_);
 }
 
+bool EngineTrainer::CanShrinkAfterOutOfMemory() const {
+  if (requested_.policy.auto_plan) return true;
+  return requested_.policy.kept_blocks < 0 && plan_.knobs().policy.kept_blocks > 0 &&
+         (config_.optimizer.max_grad_norm > 0 || probe_);
+}
+
 absl::Status EngineTrainer::ShrinkUntilBuilt(absl::Status error, int64_t step) {
   while (absl::IsResourceExhausted(error)) {
     absl::StatusOr<PlanKnobs> smaller = plan_.AfterOutOfMemory(error, step + 1);

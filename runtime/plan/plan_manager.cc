@@ -109,7 +109,14 @@ std::optional<PlanKnobs> PlanManager::AfterStep(const StepMeasurement& measured,
 }
 
 absl::StatusOr<PlanKnobs> PlanManager::AfterOutOfMemory(const absl::Status& error, int64_t step) {
-  std::optional<PlanKnobs> smaller = Shrink(report_.knobs);
+  std::optional<PlanKnobs> smaller;
+  if (report_.auto_plan) {
+    smaller = Shrink(report_.knobs);
+  } else if (requested_kept_ < 0 && report_.knobs.policy.kept_blocks > 0) {
+    // The job set its knobs but left the kept blocks to the engine: only those give way.
+    smaller = report_.knobs;
+    smaller->policy.kept_blocks /= 2;
+  }
   if (!smaller.has_value()) {
     return absl::Status(error.code(), absl::StrCat(error.message(), " (the plan cannot shrink further: ",
                                                    DescribeKnobs(report_.knobs), ")"));

@@ -49,8 +49,9 @@ class PlanManager {
   std::optional<PlanKnobs> AfterStep(const StepMeasurement& measured, bool first_of_plan);
 
   // After a GPU out-of-memory `error` in step `step` (1-based) with the current knobs:
-  // the smaller plan to retry with; the error itself, with a note, when nothing is left
-  // to shrink.
+  // the smaller plan to retry with (with policy.auto off, only half the kept blocks, and
+  // only when the job left their count to auto); the error itself, with a note, when
+  // nothing is left to shrink.
   absl::StatusOr<PlanKnobs> AfterOutOfMemory(const absl::Status& error, int64_t step);
 
   // Knobs chosen by someone else (Trainer::UsePlan), from now on; the landing stays.

@@ -9,6 +9,7 @@
 
 #include "runtime/model/model_config.h"
 #include "runtime/plan/activation_policy.h"
+#include "runtime/plan/plan_manager.h"
 #include "runtime/plan/policy.h"
 #include "runtime/plan/step_model.h"
 
@@ -195,6 +196,36 @@ TEST(KeptBlocks, TheWorkerResolvesAutoAgainstTheDevicesMemory) {
   c.policy.kept_blocks = -1;
   c.device = DeviceKind::kCpu;
   EXPECT_EQ(ChooseActivations(c, m, 4, 0).kept_blocks, 0);
+}
+
+// policy.auto off: after a GPU out-of-memory only kept blocks the job left to auto give
+// way, by halves; the job's own knobs (and a count it set) never do.
+TEST(KeptBlocks, WithoutAutoOnlyKeptBlocksLeftToAutoShrinkAfterAnOutOfMemory) {
+  const ModelConfig m = *PresetConfig("qwen2.5-3b");
+  TrainConfig c;
+  c.device = DeviceKind::kCuda;
+  c.seq_len = 4096;
+  c.micro_batch_size = 4;
+  c.grad_accum = 4;
+  auto calibrate = [] { return absl::StatusOr<Calibration>(absl::InternalError("not called")); };
+  absl::StatusOr<PlanManager> plan = PlanManager::Start(m, c, calibrate);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  plan->SetKeptBlocks(9);  // what the workers resolved
+  EXPECT_EQ(plan->knobs().policy.kept_blocks, 9);
+  const absl::Status oom = absl::ResourceExhaustedError("CUDA out of memory");
+  for (int64_t want : {4, 2, 1, 0}) {
+    absl::StatusOr<PlanKnobs> next = plan->AfterOutOfMemory(oom, 1);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->policy.kept_blocks, want);
+    EXPECT_EQ(next->micro_batch_size, 4) << "the job's own knobs stay";
+  }
+  EXPECT_EQ(plan->report().oom_retries, 4);
+  EXPECT_TRUE(absl::IsResourceExhausted(plan->AfterOutOfMemory(oom, 1).status()));
+  // A count the job set is the job's: no retry.
+  c.policy.kept_blocks = 9;
+  absl::StatusOr<PlanManager> fixed = PlanManager::Start(m, c, calibrate);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(fixed->AfterOutOfMemory(oom, 1).status()));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // start within the global batch; a GPU out-of-memory (injected through the fault seam)
 // shrinks the plan and retries the step from the same host state, giving the weights
 // of a run that used the shrunk plan from the start.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -149,6 +150,28 @@ TEST(PlanTrainer, OutOfMemoryLaterWithClippingRetries) {
   EXPECT_TRUE(std::isfinite(st->loss));
   EXPECT_EQ((*t)->Plan().oom_retries, 1);
   EXPECT_LE((*t)->Plan().knobs.micro_batch_size, mbs);
+}
+
+// On a GPU a job that leaves policy.kept_blocks to auto (the default) and runs out of
+// memory in a step gives up half its kept blocks and runs the step again, policy.auto
+// off. (On the CPU device auto keeps none: the test below fails the step.)
+TEST(PlanTrainer, OutOfMemoryHalvesKeptBlocksLeftToAutoOnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  TrainConfig c = Tiny();
+  c.device = DeviceKind::kCuda;
+  c.compute_dtype = ComputeDtype::kBf16;
+  {
+    auto t = Trainer::Create(c);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ((*t)->Plan().knobs.policy.kept_blocks, 2) << "the tiny preset's two blocks fit";
+  }
+  InjectOutOfMemory(/*grad_buffers=*/3);
+  PlanReport plan;
+  Train(c, 4, &plan);
+  EXPECT_EQ(plan.oom_retries, 1);
+  EXPECT_EQ(plan.knobs.policy.kept_blocks, 1);
+  EXPECT_EQ(plan.knobs.micro_batch_size, 4);
+  EXPECT_NE(plan.last_change.find("out of memory in step 1"), std::string::npos) << plan.last_change;
 }
 
 TEST(PlanTrainer, OutOfMemoryWithoutAutoFailsTheStep) {
