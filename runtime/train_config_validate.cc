@@ -143,6 +143,7 @@ Check CheckPolicy(const PolicyConfig& p) {
   if (Check c = Bounded("policy.loss_chunk_tokens", p.loss_chunk_tokens, 1, kMaxChunk)) return c;
   if (Check c = Bounded("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0, kMaxChunk)) return c;
   if (Check c = InRange<int64_t>("policy.kept_blocks", p.kept_blocks, -1, int64_t{1} << 20)) return c;
+  if (Check c = InRange<int64_t>("policy.resident_units", p.resident_units, -1, int64_t{1} << 20)) return c;
   if (Check c = Known("policy.grad_landing", p.grad_landing)) return c;
   if (Check c = Bounded("policy.gpu_memory_budget_bytes", p.gpu_memory_budget_bytes, 0, int64_t{1} << 56)) return c;
   const bool drift_ok = p.replan_threshold > 0 && std::isfinite(p.replan_threshold);
@@ -213,6 +214,11 @@ Check FindProblem(const TrainConfig& c) {
     return Problem{"policy.chunk_elems", absl::StrCat("must be a multiple of ", kInt8MomentBlock,
                                                       " with optimizer.state_dtype int8 (its quantization "
                                                       "blocks), got ", c.policy.chunk_elems)};
+  }
+  if (c.policy.resident_units > 0 && c.optimizer.state_dtype != MomentDtype::kFp32) {
+    return Problem{"policy.resident_units",
+                   absl::StrCat("must be 0 or -1 (auto) with optimizer.state_dtype ", NameOf(c.optimizer.state_dtype),
+                                ": units resident on a GPU keep fp32 moments, got ", c.policy.resident_units)};
   }
   return CheckRun(c);
 }

@@ -1,0 +1,37 @@
+// Residency: which units' training state lives on a GPU instead of host memory
+// (policy.resident_units), on which GPU, and the GPU memory it takes there. The one
+// definition the engine (runtime/engine/resident_state.h), the step model and the
+// policy share. A resident unit's GPU holds its fp32 master, m, v and gradient and its
+// compute copy; it is not streamed, its gradient is reduced to that GPU and updated
+// there, and the other GPUs receive its parameters from it.
+// Pure C++ (no LibTorch); stateless, any thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace slidedp {
+
+struct Residency {
+  int64_t units = 0;            // the first `units` units (forward order) are resident
+  std::vector<int> owner;       // per unit: the rank whose GPU holds it; -1: streamed
+  std::vector<int64_t> bytes;   // per rank: GPU bytes of the resident units it holds
+
+  bool resident(int u) const { return u >= 0 && u < static_cast<int>(owner.size()) && owner[u] >= 0; }
+  int64_t max_bytes() const;    // the rank holding most
+};
+
+// GPU bytes a resident parameter takes: fp32 master, m, v and gradient (16) and the
+// compute copy (`compute_bytes`: 2 for bf16, 4 for fp32).
+int64_t ResidentBytesPerParam(int compute_bytes);
+
+// The first min(n, units) of `unit_params` (parameters per unit, forward order) resident,
+// each on the rank holding the fewest bytes so far (ties: the lowest rank), so that the
+// embedding and the blocks after it spread over the W GPUs. n <= 0: none.
+Residency PlaceResident(const std::vector<int64_t>& unit_params, int64_t n, int workers, int compute_bytes);
+
+// The largest n whose PlaceResident keeps every rank within `bytes_per_rank`.
+int64_t ResidentUnitsWithin(const std::vector<int64_t>& unit_params, int workers, int compute_bytes,
+                            int64_t bytes_per_rank);
+
+}  // namespace slidedp
