@@ -103,6 +103,12 @@ absl::Status NcclGroup::ReduceScatter(int rank, const void* in, void* out, size_
   return Issued(rank, stream);
 }
 
+absl::Status NcclGroup::Broadcast(int rank, void* buf, size_t count, ncclDataType_t type, int root,
+                                  cudaStream_t stream) {
+  if (absl::Status h = health(); !h.ok()) return h;
+  SLIDEDP_NCCL_RETURN_IF_ERROR(ncclBroadcast(buf, buf, count, type, root, comms_[rank], stream));
+  return Issued(rank, stream);
+}
 absl::Status NcclGroup::Reduce(int rank, const void* in, void* out, size_t count, ncclDataType_t type, int root,
                                cudaStream_t stream) {
   if (absl::Status h = health(); !h.ok()) return h;

@@ -45,6 +45,8 @@ class NcclGroup {
   // On root: out (count elements) = sum over ranks of in.
   absl::Status Reduce(int rank, const void* in, void* out, size_t count, ncclDataType_t type, int root,
                       cudaStream_t stream);
+  // In place: every rank's `buf` (count elements) receives root's.
+  absl::Status Broadcast(int rank, void* buf, size_t count, ncclDataType_t type, int root, cudaStream_t stream);
 
   // OK, or the first asynchronous error / timeout the watchdog saw, or Abort's reason.
   absl::Status health() const;

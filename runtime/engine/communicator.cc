@@ -91,4 +91,12 @@ void HostCommunicator::Reduce(int rank, const at::Tensor& in, at::Tensor out, in
   posted_[rank] = at::Tensor();
 }
 
+void HostCommunicator::Broadcast(int rank, at::Tensor buf, int root) {
+  posted_[rank] = buf;
+  Barrier(rank);
+  if (rank != root) buf.copy_(posted_[root]);
+  Barrier(rank);
+  posted_[rank] = at::Tensor();
+}
+
 }  // namespace slidedp

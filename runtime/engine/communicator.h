@@ -35,6 +35,9 @@ class Communicator {
   // On `root`: out ([n]) = sum over ranks of in. `out` is ignored on other ranks.
   virtual void Reduce(int rank, const at::Tensor& in, at::Tensor out, int root) = 0;
 
+  // Every rank's `buf` ([n], same n and dtype) receives `root`'s.
+  virtual void Broadcast(int rank, at::Tensor buf, int root) = 0;
+
   // Returns once every rank has called it.
   virtual void Barrier(int rank) = 0;
 
@@ -65,6 +68,7 @@ class HostCommunicator final : public Communicator {
   void AllGather(int rank, at::Tensor buf) override;
   void ReduceScatter(int rank, const at::Tensor& in, at::Tensor out) override;
   void Reduce(int rank, const at::Tensor& in, at::Tensor out, int root) override;
+  void Broadcast(int rank, at::Tensor buf, int root) override;
   void Barrier(int rank) override;
   void Abort() override;
 

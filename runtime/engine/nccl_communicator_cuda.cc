@@ -57,6 +57,10 @@ class NcclCommunicator final : public Communicator {
     Throw(group_->Reduce(rank, in.data_ptr(), dst, in.numel(), Type(in), root, Current(in)));
   }
 
+  void Broadcast(int rank, at::Tensor buf, int root) override {
+    Throw(group_->Broadcast(rank, buf.data_ptr(), buf.numel(), Type(buf), root, Current(buf)));
+  }
+
   void Barrier(int rank) override { barrier_.Barrier(rank); }
 
   void Abort() override {
