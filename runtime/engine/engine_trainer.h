@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/exception_status.h"
+#include "runtime/engine/resident_state.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/step_trace.h"
 #include "runtime/io/stop_token.h"
@@ -53,7 +54,8 @@ class EngineTrainer final : public Trainer {
   absl::Status BuildWorkers();
   ~EngineTrainer() override {
     workers_.clear();
-    pipeline_.reset();
+    pipeline_.reset();  // its last updates may still use resident_
+    resident_.reset();
   }
 
   // The public entry points return exceptions as statuses (exception_status.h).
@@ -75,7 +77,7 @@ class EngineTrainer final : public Trainer {
   const ModelConfig& model_config() const override { return model_; }
   int64_t num_parameters() const override { return state_->layout().total_numel; }
   std::string WeightsDigest() override {
-    pipeline_->Drain();
+    SyncHost().IgnoreError();  // a failed update leaves the host as it was: its digest
     return state_->MasterDigest();
   }
   absl::StatusOr<std::string> SaveCheckpoint() override {
@@ -94,6 +96,15 @@ class EngineTrainer final : public Trainer {
 
  private:
   absl::StatusOr<StepStats> RunStep();
+  // The units resident on a GPU for config_'s knobs (none: resident_ stays null);
+  // before the workers, which read and land through them (RouteShared::resident).
+  absl::Status BuildResident(const std::vector<at::Device>& devices);
+  // Before the workers are rebuilt: the resident units' state back to the host state,
+  // which then holds every unit (updates drained).
+  void DropResident();
+  // Drains the updates and brings the resident units' state to the host state, for
+  // checkpoints, export and the digest; the error of a failed update.
+  absl::Status SyncHost();
   absl::StatusOr<std::string> WriteCheckpointNow();
   absl::Status WriteHf(const std::string& dir);
   absl::Status ChangePlan(const PlanKnobs& knobs);  // trainer_plan.cc
@@ -150,6 +161,7 @@ class EngineTrainer final : public Trainer {
   std::unique_ptr<StepTrace> trace_;
   std::unique_ptr<UpdatePipeline> pipeline_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<ResidentState> resident_;  // null: every unit streams
   PlanManager plan_;
   const std::shared_ptr<const StopToken> stop_;  // may be null
   bool partial_state_ = false;  // a stopped step applied some of its updates: no checkpoint

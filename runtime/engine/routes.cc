@@ -28,9 +28,37 @@ RouteShared::RouteShared(int w, int64_t max_unit_numel, int units, bool pin, boo
   }
 }
 
+namespace {
+
+// FetchUnit of a resident unit: the owner sends its copy to the other ranks.
+Event FetchResident(int rank, RouteShared& shared, int u, at::Tensor slot, DeviceStreams& streams,
+                    const Event& slot_free) {
+  ResidentState& resident = *shared.resident;
+  const int owner = resident.owner(u);
+  if (shared.world == 1) return Event();  // the owner reads its copy (ResidentParams)
+  const bool sends = rank == owner;
+  streams.Wait(StreamKind::kCollective, sends ? resident.updated(u) : slot_free);
+  {
+    auto use = streams.Use(StreamKind::kCollective);
+    shared.comm->Broadcast(rank, sends ? resident.params(u) : slot, owner);
+  }
+  return sends ? Event() : streams.Record(StreamKind::kCollective);
+}
+
+}  // namespace
+
+at::Tensor ResidentParams(int rank, RouteShared& shared, int u, const at::Tensor& slot, DeviceStreams& streams) {
+  if (shared.resident == nullptr || !shared.resident->resident(u) || shared.resident->owner(u) != rank) return slot;
+  streams.Wait(StreamKind::kCompute, shared.resident->updated(u));
+  return shared.resident->params(u);
+}
+
 Event FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState& state, int u,
                 at::Tensor slot, DeviceStreams& streams, const Event& slot_free,
                 TransferCounters& counters) {
+  if (shared.resident != nullptr && shared.resident->resident(u)) {
+    return FetchResident(rank, shared, u, slot, streams, slot_free);
+  }
   const at::Tensor& host = state.unit(u).params;
   const bool async = Async(state, slot);
   streams.Wait(StreamKind::kH2D, slot_free);
@@ -66,6 +94,40 @@ Landing IssueGradLanding(GradRoute route, int rank, RouteShared& shared, HostSta
   l.step = step;
   const int world = shared.world;
   const int64_t n = grad.numel();
+  if (shared.resident != nullptr && shared.resident->resident(u)) {
+    // The sum goes to the owner's resident gradient; the owner's norm goes down.
+    ResidentState& resident = *shared.resident;
+    const int owner = resident.owner(u);
+    l.resident = true;
+    l.lands = rank == owner;
+    const StreamKind on = world > 1 ? StreamKind::kCollective : StreamKind::kCompute;
+    streams.Wait(on, ready);
+    {
+      auto use = streams.Use(on);
+      if (world > 1) {
+        shared.comm->Reduce(rank, grad, l.lands ? resident.grad(u) : at::Tensor(), owner);
+      } else {
+        resident.grad(u).copy_(grad);
+      }
+      if (l.lands) {
+        at::Tensor norm = at::linalg_vector_norm(resident.grad(u), 2, c10::nullopt, false, at::kDouble);
+        bufs.sumsq_dev.narrow(0, u, 1).copy_(norm.square().reshape({1}));
+      }
+    }
+    const Event reduced = streams.Record(on);
+    if (!l.lands) {
+      l.copied = reduced;
+      return l;
+    }
+    resident.SetGradReady(u, reduced);
+    streams.Wait(StreamKind::kD2H, reduced);
+    {
+      auto use = streams.Use(StreamKind::kD2H);
+      bufs.sumsq_host.narrow(0, u, 1).copy_(bufs.sumsq_dev.narrow(0, u, 1), Async(bufs.sumsq_host, bufs.sumsq_dev));
+    }
+    l.copied = streams.Record(StreamKind::kD2H);
+    return l;
+  }
   UnitState& hs = state.unit(u);
   if (!DeviceReducesGradient(route, world)) {
     // gather_host: every worker copies its whole fp32 gradient down; the landing
@@ -132,6 +194,10 @@ absl::Status CompleteGradLanding(GradRoute route, int rank, RouteShared& shared,
   }
   const int world = shared.world;
   const int u = l.unit;
+  if (l.resident) {
+    if (l.lands) pipeline.GradLanded(u, l.step, bufs.sumsq_host.data_ptr<double>()[u]);
+    return absl::OkStatus();
+  }
   if (!DeviceReducesGradient(route, world)) {
     // Each landing thread sums its slice of the W buffers into the host gradient.
     at::Tensor host_grad = state.unit(u).grad;

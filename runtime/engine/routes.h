@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "runtime/engine/communicator.h"
 #include "runtime/engine/device_streams.h"
+#include "runtime/engine/resident_state.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/state/host_state.h"
 #include "runtime/train_config_enums.h"
@@ -33,6 +34,9 @@ struct RouteShared {
               std::unique_ptr<Communicator> device_comm);
   const int world;
   std::unique_ptr<Communicator> comm;  // worker threads' collectives
+  // The units whose state lives on a GPU (null: none): their parameters come from the
+  // owner's copy (broadcast to the other ranks), their gradients reduce to the owner.
+  ResidentState* resident = nullptr;
   HostCommunicator land_comm;          // landing threads' barriers (gather_host sums)
   std::vector<at::Tensor> landing;     // gather_host, world > 1: fp32 [max] per rank
   std::vector<double> partial_sumsq;   // gather_host: rank r's slice, between barriers
@@ -52,10 +56,16 @@ struct TransferCounters {
 // Copies unit `u`'s streamed parameters into `slot` ([numel] of the compute dtype on the
 // worker's device): the H2D stream waits for `slot_free`, copies (this rank's 1/W for
 // scatter_allgather, then the all-gather on the collective stream). Returns the event
-// after which `slot` holds the unit.
+// after which `slot` holds the unit. A resident unit (shared.resident) is not copied:
+// its owner reads ResidentParams, the other ranks receive it in `slot` by a broadcast
+// from the owner on the collective stream.
 Event FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState& state, int u,
                 at::Tensor slot, DeviceStreams& streams, const Event& slot_free,
                 TransferCounters& counters);
+
+// What the compute stream reads for unit `u` on this rank in place of `slot`: the
+// owner's resident copy (the compute stream waits for its update), or `slot`.
+at::Tensor ResidentParams(int rank, RouteShared& shared, int u, const at::Tensor& slot, DeviceStreams& streams);
 
 // Device buffers one gradient landing uses, allocated once by the worker.
 struct LandingBuffers {
@@ -72,12 +82,15 @@ struct Landing {
   int64_t step = 0;
   Event copied;   // the copies down (and the norm) are in host memory after this
   bool lands = true;  // false: this rank sends nothing down (reduce_one, rank > 0)
+  bool resident = false;  // the unit's gradient stays on its owner's GPU; only its norm lands
 };
 
 // Issues the device part of unit `u`'s gradient route: `grad` ([numel] fp32 on the
 // device, this worker's sum over its micro-batches) is complete at `ready` (compute).
 // Reduces across devices if the route does, computes the squared norm on the device,
-// converts to the landing dtype and copies down on the D2H stream.
+// converts to the landing dtype and copies down on the D2H stream. A resident unit's
+// gradient goes to its owner's resident buffer instead (a copy, or a reduce to the
+// owner whatever the route), and only its squared norm is copied down.
 Landing IssueGradLanding(GradRoute route, int rank, RouteShared& shared, HostState& state, int u,
                          int64_t step, const at::Tensor& grad, const Event& ready,
                          LandingBuffers& bufs, DeviceStreams& streams, TransferCounters& counters);

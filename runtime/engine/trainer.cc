@@ -26,6 +26,7 @@
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/fault_injection.h"
 #include "runtime/engine/nccl_communicator.h"
+#include "runtime/engine/resident_state.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/step_trace.h"
 #include "runtime/engine/update_pipeline.h"
@@ -34,6 +35,7 @@
 #include "runtime/model/param_layout.h"
 #include "runtime/plan/job_knobs.h"
 #include "runtime/plan/plan_manager.h"
+#include "runtime/plan/residency.h"
 #include "runtime/state/checkpoint.h"
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
@@ -107,9 +109,15 @@ absl::Status EngineTrainer::BuildWorkers() {
   }
   shared_ = std::make_unique<RouteShared>(W, max_numel, state_->num_units(), /*pin=*/cuda,
                                           /*host_sum=*/!DeviceReducesGradient(grad_route, W), std::move(comm));
+  std::vector<at::Device> devices;
   for (int w = 0; w < W; ++w) {
-    const at::Device device = cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w))
-                                   : at::Device(at::kCPU);
+    devices.push_back(cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w)) : at::Device(at::kCPU));
+  }
+  // The resident units first, so that the workers' buffers and kept blocks see the
+  // memory they leave.
+  if (absl::Status s = BuildResident(devices); !s.ok()) return s;
+  for (int w = 0; w < W; ++w) {
+    const at::Device& device = devices[w];
     absl::StatusOr<std::unique_ptr<Worker>> worker =
         Worker::Create(w, config_, state_.get(), pipeline_.get(), shared_.get(), device, trace_.get(), stop_.get());
     if (!worker.ok()) {
@@ -121,8 +129,40 @@ absl::Status EngineTrainer::BuildWorkers() {
   return absl::OkStatus();
 }
 
-absl::Status EngineTrainer::WriteHf(const std::string& dir) {
+absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices) {
+  std::vector<int64_t> unit_params;
+  for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
+  // -1 (auto) is resolved by the plan before the workers are built.
+  const int64_t n = std::max<int64_t>(config_.policy.resident_units, 0);
+  const int compute_bytes = static_cast<int>(at::elementSize(state_->compute_dtype()));
+  const Residency placement = PlaceResident(unit_params, n, config_.workers, compute_bytes);
+  if (placement.units == 0) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<ResidentState>> r = ResidentState::Create(state_.get(), placement, devices);
+  if (!r.ok()) return r.status();
+  resident_ = std::move(*r);
+  shared_->resident = resident_.get();
+  pipeline_->set_resident(resident_.get());
+  return absl::OkStatus();
+}
+
+void EngineTrainer::DropResident() {
   pipeline_->Drain();
+  if (resident_ == nullptr) return;
+  resident_->ToHost();
+  pipeline_->set_resident(nullptr);
+  if (shared_ != nullptr) shared_->resident = nullptr;
+  resident_.reset();
+}
+
+absl::Status EngineTrainer::SyncHost() {
+  pipeline_->Drain();
+  if (absl::Status s = pipeline_->status(); !s.ok()) return s;
+  if (resident_ != nullptr) resident_->ToHost();
+  return absl::OkStatus();
+}
+
+absl::Status EngineTrainer::WriteHf(const std::string& dir) {
+  if (absl::Status s = SyncHost(); !s.ok()) return s;
   const ModelLayout& layout = state_->layout();
   return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
     return state_->unit(u).master.data_ptr<float>() + layout.units[u].params[p].offset;
@@ -143,7 +183,7 @@ absl::StatusOr<std::string> EngineTrainer::WriteCheckpointNow() {
   if (config_.checkpoint_dir.empty()) {
     return absl::FailedPreconditionError("checkpoint_dir: not set, so no checkpoint can be written");
   }
-  pipeline_->Drain();
+  if (absl::Status s = SyncHost(); !s.ok()) return s;
   CheckpointMeta meta;
   meta.step = step_;
   meta.adam_steps = pipeline_->adam_steps();
@@ -219,6 +259,7 @@ absl::Status EngineTrainer::RestoreFile(const std::string& path, bool* corrupt) 
     return absl::Status(s.code(), absl::StrCat("resume_from: ", path, ": data cursor: ", s.message()));
   }
   state_->RefreshAllParams();
+  if (resident_ != nullptr) resident_->FromHost();
   pipeline_->RestoreProgress(meta->step, meta->adam_steps);
   step_ = meta->step;
   tokens_seen_ = meta->tokens_seen;
@@ -376,6 +417,7 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
     return AfterStoppedStep(CheckStop(stop_.get(), absl::StrCat("step ", step_ + 1)));
   }
   if (!results.ok()) return results.status();
+  if (absl::Status st = pipeline_->status(); !st.ok()) return st;
 
   const StepUpdateSummary u = pipeline_->Summary(step_);
   StepStats s;

@@ -22,6 +22,7 @@ namespace trainer_internal {
 absl::Status EngineTrainer::ApplyKnobs(const PlanKnobs& knobs) {
   pipeline_->Drain();
   workers_.clear();
+  DropResident();
   shared_.reset();
   config_ = WithKnobs(config_, knobs);
   probe_ = true;

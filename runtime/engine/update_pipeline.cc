@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/resident_state.h"
 #include "runtime/engine/step_trace.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/state/adamw.h"
@@ -137,6 +138,11 @@ double UpdatePipeline::TakeBusySeconds() {
   return b;
 }
 
+absl::Status UpdatePipeline::status() {
+  absl::MutexLock lock(&mu_);
+  return failed_;
+}
+
 int64_t UpdatePipeline::adam_steps() {
   absl::MutexLock lock(&mu_);
   return adam_steps_;
@@ -168,17 +174,28 @@ void UpdatePipeline::Loop() {
       queue_.erase(next);
     }
     const double t0 = MonotonicSeconds();
+    const bool on_gpu = resident_ != nullptr && resident_->resident(t.unit);
+    absl::Status failed;
     if (!t.skip) {
-      Apply(t);
-    } else if (!state_->fp32_grad()) {
+      try {
+        Apply(t);
+      } catch (const std::exception& e) {
+        failed = absl::InternalError(absl::StrCat("the update of ", UnitName(t.unit, units_), " in step ", t.step + 1,
+                                                  " failed: ", e.what()));
+      }
+    } else if (!state_->fp32_grad() && !on_gpu) {
       // The streamed copy holds the discarded gradient: restore the weights.
       state_->RefreshParams(t.unit, 0, state_->layout().units[t.unit].numel);
     }
     const double busy = MonotonicSeconds() - t0;
     if (trace_ != nullptr) {
-      trace_->Add(StepTrace::kHostPid, "update", absl::StrCat("update ", UnitName(t.unit, units_), t.skip ? " (skipped)" : ""), t0, t0 + busy);
+      trace_->Add(StepTrace::kHostPid, "update",
+                  absl::StrCat(on_gpu ? "issue GPU update " : "update ", UnitName(t.unit, units_),
+                               t.skip ? " (skipped)" : ""),
+                  t0, t0 + busy);
     }
     absl::MutexLock lock(&mu_);
+    if (!failed.ok() && failed_.ok()) failed_ = failed;
     version_[t.unit] = t.step + 1;
     busy_seconds_ += busy;
     --pending_;
@@ -195,6 +212,15 @@ void UpdatePipeline::Apply(const Task& t) {
   h.beta2 = static_cast<float>(config_.optimizer.beta2);
   h.eps = static_cast<float>(config_.optimizer.eps);
   h.grad_scale = static_cast<float>(t.scale);
+  if (resident_ != nullptr && resident_->resident(t.unit)) {
+    // Resident on a GPU: issued there, after the gradient, before the next forward.
+    std::vector<float> decay;
+    for (const ParamSpec& ps : layout.params) {
+      decay.push_back(ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f);
+    }
+    resident_->Update(t.unit, h, decay, config_.policy.update_threads);
+    return;
+  }
   float* p = s.master.data_ptr<float>();
   const int threads = config_.policy.update_threads;
   // The gradient is fp32 in s.grad, or bf16 in the streamed copy (which the update

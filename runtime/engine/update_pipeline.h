@@ -21,6 +21,7 @@
 
 namespace slidedp {
 
+class ResidentState;
 class StepTrace;
 
 struct StepUpdateSummary {
@@ -63,6 +64,9 @@ class UpdatePipeline {
   // update thread spent on AdamW since the last Drain/TakeBusySeconds.
   void Drain();
   double TakeBusySeconds();
+  // OK, or the first update that failed (a GPU update's launch error): the host state
+  // and the resident units no longer belong to one step; the trainer fails the job.
+  absl::Status status();
 
   // Checkpoints (trainer's thread, between steps, after Drain()): the AdamW steps
   // applied so far, and a restore that makes the pipeline continue after `steps`
@@ -71,6 +75,9 @@ class UpdatePipeline {
   void RestoreProgress(int64_t steps, int64_t adam_steps);
   // Adds a span per unit update to `trace` (may be null). Before the first step.
   void set_trace(StepTrace* trace) { trace_ = trace; }
+  // The units resident on a GPU (may be null): their updates are issued there
+  // (ResidentState::Update) instead of run here. Trainer's thread, after Drain().
+  void set_resident(ResidentState* resident) { resident_ = resident; }
 
  private:
   struct Task {
@@ -106,7 +113,9 @@ class UpdatePipeline {
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   double busy_seconds_ ABSL_GUARDED_BY(mu_) = 0.0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
   StepTrace* trace_ = nullptr;
+  ResidentState* resident_ = nullptr;
   std::thread thread_;
 };
 

@@ -399,7 +399,7 @@ void Worker::Fetch(int64_t step, int item, WorkerStepResult& r) {
   const Event begin = trace_ != nullptr ? streams_->Record(StreamKind::kH2D) : Event();
   at::Tensor slot = slots_[s].narrow(0, 0, state_->layout().units[u].numel);
   fetched_[s] = FetchUnit(param_route_, rank_, *shared_, *state_, u, slot, *streams_, Event(), r.transfers);
-  Span(StreamKind::kH2D, "fetch " + schedule_.unit_name(u), begin, fetched_[s]);
+  if (fetched_[s].pending()) Span(StreamKind::kH2D, "fetch " + schedule_.unit_name(u), begin, fetched_[s]);
 }
 
 at::Tensor Worker::Acquire(int64_t step, int item, WorkerStepResult& r) {
@@ -407,7 +407,10 @@ at::Tensor Worker::Acquire(int64_t step, int item, WorkerStepResult& r) {
   const StepSchedule::Item& it = schedule_.item(item);
   streams_->Wait(StreamKind::kCompute, fetched_[it.slot]);
   if (trace_ != nullptr) compute_begin_[it.slot] = streams_->Record(StreamKind::kCompute);
-  at::Tensor slot = slots_[it.slot].narrow(0, 0, state_->layout().units[it.unit].numel);
+  // A resident unit's owner reads its resident copy instead of the slot.
+  const at::Tensor slot = ResidentParams(rank_, *shared_, it.unit,
+                                         slots_[it.slot].narrow(0, 0, state_->layout().units[it.unit].numel),
+                                         *streams_);
   if (!it.prefetch_after_release) Fetch(step, it.prefetch, r);
   return slot;
 }

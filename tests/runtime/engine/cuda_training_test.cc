@@ -70,6 +70,13 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   if (variant.find("+host_activations") != std::string::npos) c.policy.activations = ActivationPlacement::kHost;
   if (variant.find("+prefetch2") != std::string::npos) c.policy.prefetch_depth = 2;
   if (variant.find("+mlp_tiles") != std::string::npos) c.policy.mlp_tile_tokens = c.seq_len / 3 + 1;
+  // Streamed units unless the variant asks for units resident on the GPU (issue 21):
+  // "+resident" all of them, "+resident2" the first two.
+  c.policy.resident_units = 0;
+  if (const size_t r = variant.find("+resident"); r != std::string::npos) {
+    const std::string count = variant.substr(r + 9, variant.find('+', r + 1) - r - 9);
+    c.policy.resident_units = count.empty() ? int64_t{1} << 20 : std::stoll(count);
+  }
   return c;
 }
 
@@ -145,7 +152,8 @@ TEST_P(CudaTrainingTest, FiveStepsMatchPyTorchBf16Autocast) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GradLanding, CudaTrainingTest,
-                         ::testing::Values("bf16", "fp32", "bf16+host_activations+prefetch2+mlp_tiles"),
+                         ::testing::Values("bf16", "fp32", "bf16+host_activations+prefetch2+mlp_tiles",
+                                           "bf16+resident", "fp32+resident2+prefetch2"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (ch == '+') ch = '_';

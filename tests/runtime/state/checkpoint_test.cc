@@ -381,6 +381,48 @@ TEST(CheckpointResume, IsBitExactWithCompactMoments) {
   }
 }
 
+// Issue 21: with units resident on the (CPU) device, two workers, clipping on and off,
+// the checkpoint brings their state back to the host and the resume sends it out again:
+// bit-exact; and a checkpoint of a run with resident units resumes into a run without.
+TEST(CheckpointResume, IsBitExactWithResidentUnits) {
+  TrainConfig c = Tiny(8);
+  c.policy.resident_units = 3;
+  ExpectResumeIsBitExact(c, "resume_resident");
+  c.optimizer.max_grad_norm = 0;
+  ExpectResumeIsBitExact(c, "resume_resident_noclip");
+  c.optimizer.max_grad_norm = 1.0;
+  c.workers = 1;
+  c.grad_accum = 2;
+  ExpectResumeIsBitExact(c, "resume_resident_w1");
+}
+
+TEST(CheckpointResume, IsBitExactFromResidentUnitsToNone) {
+  TrainConfig c = Tiny(6);
+  c.workers = 1;
+  c.grad_accum = 2;
+  c.policy.resident_units = 0;
+  auto whole = Trainer::Create(c);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  slidedp::Run(**whole, 6);
+  const TempDir ckpt("resident_to_none");
+  TrainConfig first = c;
+  first.policy.resident_units = 2;
+  first.checkpoint_dir = ckpt;
+  first.checkpoint_interval = 3;
+  auto a = Trainer::Create(first);
+  ASSERT_TRUE(a.ok()) << a.status();
+  slidedp::Run(**a, 3);
+  a->reset();
+  TrainConfig second = c;
+  second.checkpoint_dir = ckpt;
+  second.resume_from = ckpt;
+  auto b = Trainer::Create(second);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ((*b)->completed_steps(), 3);
+  slidedp::Run(**b, 3);
+  EXPECT_EQ((*b)->WeightsDigest(), (*whole)->WeightsDigest());
+}
+
 TEST(CheckpointResume, RefusesACheckpointOfAnotherMomentDtype) {
   TrainConfig c = Tiny(4);
   c.optimizer.state_dtype = MomentDtype::kInt8;
