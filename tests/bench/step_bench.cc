@@ -3,7 +3,10 @@
 // Usage: step_bench [--model=qwen2.5-3b] [--device=cuda] [--workers=1] [--seq_len=4096]
 //                   [--micro_batch_size=1] [--grad_accum=4] [--steps=4] [--loss_chunk=4096]
 //                   [--prefetch=1] [--grad_landing=auto] [--activations=auto|device|host] [--mlp_tile=0] [--kept_blocks=-1] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
+//                   [--resident_units=-1] [--gpu_memory_budget=0]
 //                   [--routes=PARAM/GRAD,...: each pair in turn over one host state]
+//                   [--sweep=FIELD:V1,V2,...: each value of FIELD (resident_units, kept_blocks,
+//                    gpu_memory_budget_bytes) in turn over one host state, in one process]
 // Prints every step, then the mean of the steps after the first (with --steps=1, of the
 // first, warm-up included, for runs too long to repeat): s/step, tokens/s,
 // model FLOPs utilization (6 x params x tokens + attention, over 790 TFLOP/s a GPU), PCIe
@@ -15,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/plan/job_knobs.h"
@@ -43,6 +48,8 @@ int Main(int argc, char** argv) {
   c.policy.activations = EnumFlag<ActivationPlacement>(argc, argv, "activations", "auto");
   c.policy.mlp_tile_tokens = std::stoll(Flag(argc, argv, "mlp_tile", "0"));
   c.policy.kept_blocks = std::stoll(Flag(argc, argv, "kept_blocks", "-1"));
+  c.policy.resident_units = std::stoll(Flag(argc, argv, "resident_units", "-1"));
+  c.policy.gpu_memory_budget_bytes = static_cast<int64_t>(std::stod(Flag(argc, argv, "gpu_memory_budget", "0")));
   c.policy.grad_route = EnumFlag<GradRoute>(argc, argv, "grad_route", "gather_host");
   c.policy.param_route = EnumFlag<ParamRoute>(argc, argv, "param_route", "replicate");
   c.trace_file = Flag(argc, argv, "trace", "");
@@ -57,10 +64,11 @@ int Main(int argc, char** argv) {
   const ModelConfig& m = (*trainer)->model_config();
   const double params = static_cast<double>((*trainer)->num_parameters());
   std::printf("model %s: %.3fB params, %lld layers | %s x%d | %lld sequences x %lld tokens a step | setup %.1f s | "
-              "%lld blocks kept\n",
+              "%lld blocks kept, %lld units resident\n",
               c.model.c_str(), params / 1e9, static_cast<long long>(m.num_layers), NameOf(c.device), c.workers,
               static_cast<long long>(c.global_batch_sequences()), static_cast<long long>(c.seq_len), setup,
-              static_cast<long long>((*trainer)->Plan().knobs.policy.kept_blocks));
+              static_cast<long long>((*trainer)->Plan().knobs.policy.kept_blocks),
+              static_cast<long long>((*trainer)->Plan().knobs.policy.resident_units));
   // The step loop and its summary for the plan the trainer has now.
   auto run = [&](const std::string& label) -> bool {
     double sum_t = 0, sum_tok = 0;
@@ -98,8 +106,39 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
     return true;
   };
+  // The plan the trainer runs with now, for the labels of a sweep.
+  auto plan_label = [&]() {
+    const PlanKnobs& k = (*trainer)->Plan().knobs;
+    return absl::StrFormat("resident %d kept %d budget %.0f GB | ", k.policy.resident_units, k.policy.kept_blocks,
+                           k.policy.gpu_memory_budget_bytes / 1e9);
+  };
+  const std::string sweep = Flag(argc, argv, "sweep", "");
+  if (!sweep.empty()) {
+    // --sweep=FIELD:V1,V2,...: each value in turn over the same host state (Trainer::UsePlan).
+    const std::vector<std::string> fv = absl::StrSplit(sweep, absl::MaxSplits(':', 1));
+    const std::string field = fv[0];
+    if (fv.size() != 2 || (field != "resident_units" && field != "kept_blocks" && field != "gpu_memory_budget_bytes")) {
+      std::fprintf(stderr, "step_bench: --sweep wants resident_units|kept_blocks|gpu_memory_budget_bytes:V1,V2,..., got \"%s\"\n",
+                   sweep.c_str());
+      return 2;
+    }
+    for (absl::string_view value : absl::StrSplit(fv[1], ',')) {
+      PlanKnobs k = KnobsOf(c);
+      const int64_t v = static_cast<int64_t>(std::stod(std::string(value)));
+      if (field == "resident_units") k.policy.resident_units = v;
+      if (field == "kept_blocks") k.policy.kept_blocks = v;
+      if (field == "gpu_memory_budget_bytes") k.policy.gpu_memory_budget_bytes = v;
+      if (absl::Status st = (*trainer)->UsePlan(k); !st.ok()) {
+        std::fprintf(stderr, "step_bench: %s=%s: %s\n", field.c_str(), std::string(value).c_str(),
+                     std::string(st.message()).c_str());
+        return 1;
+      }
+      if (!run(absl::StrCat(field, "=", value, " | ", plan_label()))) return 1;
+    }
+    return 0;
+  }
   const std::string routes = Flag(argc, argv, "routes", "");
-  if (routes.empty()) return run("") ? 0 : 1;
+  if (routes.empty()) return run(plan_label()) ? 0 : 1;
   // --routes=PARAM/GRAD,...: each pair in turn over the same host state (Trainer::UsePlan).
   for (absl::string_view pair : absl::StrSplit(routes, ',')) {
     const std::vector<std::string> pr = absl::StrSplit(pair, '/');
