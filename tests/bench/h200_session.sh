@@ -7,7 +7,8 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw moments4
-# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
+# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4 res7b res7b16 resbudget
+# (issue 21's resident units against streamed and plain PyTorch) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
@@ -53,7 +54,7 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench plan_bench}" \
              step build 330 deploy/gpu-host-build.sh --runtime-only build-gpu || { tail -60 "$R/build.log"; exit 1; } ;;
     cudatests) TAILN=40 step cudatests 150 build-gpu/tests/slidedp_runtime_tests \
-             --gtest_filter="${FILTER:-*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*:*Tiled*:EngineExactness*}" ;;
+             --gtest_filter="${FILTER:-*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*:*Tiled*:EngineExactness*:AdamWDevice*:*Resident*}" ;;
     tok) TAILN=8 step tok 90 bash -c '
            set -e; c=/tmp/tok_corpus.jsonl
            python3 tests/bench/tokenize_baseline.py make-corpus $c --mb 16
@@ -156,6 +157,19 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            mkdir -p $T/mistral $T/stories260k && cp -r $F/fx/mistral/. $T/mistral/ && cp $F/st/reference.safetensors $T/stories260k/
            find $F -type f | sort' ;;
     # Issue 20: the policy's kept blocks at 16 x 4096 beside plain PyTorch's best batch.
+    # Issue 21's figures, each beside its baseline in this call: resident units off and
+    # auto over one host state (step_bench --sweep), and plain PyTorch at the same batch.
+    res4) TAILN=8 step res4 200 bash -c '
+           '"$SB"' --steps=4 --micro_batch_size=1 --grad_accum=4 --sweep=resident_units:0,-1 | grep -E "mean of|resident"
+           python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 2>&1 | grep RESULT' ;;
+    res7b) TAILN=8 step res7b 300 bash -c '
+           '"$B"'/step_bench --model=qwen2.5-7b --prefetch=2 --steps=3 --micro_batch_size=1 --grad_accum=4 \
+             --sweep=resident_units:0,-1 | grep -E "mean of|resident"
+           python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-7b --batch 1 --seq 4096 2>&1 | grep RESULT' ;;
+    res7b16) TAILN=6 step res7b16 240 $B/step_bench --model=qwen2.5-7b --prefetch=2 --steps=3 --micro_batch_size=4 \
+             --grad_accum=4 --sweep=resident_units:0,-1 ;;
+    resbudget) TAILN=12 step resbudget 400 $B/step_bench --model=qwen2.5-7b --prefetch=2 --steps=3 --micro_batch_size=2 \
+             --grad_accum=4 --sweep=gpu_memory_budget_bytes:24e9,48e9,96e9,0 ;;
     b16plain) TAILN=6 step b16plain 150 bash -c '
            '"$SB"' --steps=3 --micro_batch_size=4 --grad_accum=4 | grep -E "mean of|blocks kept"
            python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 2>&1 | grep RESULT' ;;

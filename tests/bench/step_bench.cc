@@ -80,8 +80,9 @@ int Main(int argc, char** argv) {
                      std::string(st.status().message()).c_str());
         return false;
       }
-      std::printf("%sstep %lld | loss %.4f | %.3f s | %.0f tok/s | fwd %.3f bwd %.3f wait %.3f upd %.3f s | h2d %.2f GB d2h %.2f GB\n",
-                  label.c_str(), static_cast<long long>(st->step), st->loss, st->step_seconds, st->tokens_per_second,
+      std::printf("%sstep %lld | loss %.4f | %.3f s (predicted %.3f) | %.0f tok/s | fwd %.3f bwd %.3f wait %.3f upd %.3f s | h2d %.2f GB d2h %.2f GB\n",
+                  label.c_str(), static_cast<long long>(st->step), st->loss, st->step_seconds,
+                  st->predicted_step_seconds, st->tokens_per_second,
                   st->forward_seconds, st->backward_seconds, st->update_wait_seconds, st->update_busy_seconds,
                   st->h2d_bytes / 1e9, st->d2h_bytes / 1e9);
       std::fflush(stdout);
