@@ -204,10 +204,9 @@ TEST(CpuTrainingTest, FiveStepsMatchPyTorchFp32) {
 // gather_host. Tolerance in the fixture's bf16 unit D (above): the weights within D of
 // the one-GPU run (which is itself within 2 D of PyTorch's bf16 run), every step's loss
 // within 0.5% and gradient norm within 2%.
-class CudaMultiGpu : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {};
-
-TEST_P(CudaMultiGpu, FiveStepsOnWGpusEqualOneGpu) {
-  const auto [W, param_route, grad_route] = GetParam();
+// `resident`: units of the W-GPU run whose state lives on the GPUs (issue 21), spread
+// over them; the one-GPU run streams every unit.
+void ExpectWGpusEqualOne(int W, const std::string& param_route, const std::string& grad_route, int64_t resident) {
   if (!at::hasCUDA() || static_cast<int>(at::getNumGPUs()) < W) {
     GTEST_SKIP() << "needs " << W << " GPUs; this machine has " << (at::hasCUDA() ? at::getNumGPUs() : 0);
   }
@@ -226,7 +225,8 @@ TEST_P(CudaMultiGpu, FiveStepsOnWGpusEqualOneGpu) {
   many.grad_accum = rows / W;
   many.policy.param_route = *EnumFromName<ParamRoute>(param_route);
   many.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
-  const std::string tag = std::to_string(W) + "_" + param_route + "_" + grad_route;
+  many.policy.resident_units = resident;
+  const std::string tag = std::to_string(W) + "_" + param_route + "_" + grad_route + "_" + std::to_string(resident);
   const FixtureRun a = RunFixture(one, ::testing::TempDir() + "/multi_gpu_w1_" + tag);
   const FixtureRun b = RunFixture(many, ::testing::TempDir() + "/multi_gpu_" + tag);
   ASSERT_EQ(a.losses.size(), static_cast<size_t>(base.steps));
@@ -250,6 +250,20 @@ TEST_P(CudaMultiGpu, FiveStepsOnWGpusEqualOneGpu) {
   std::printf("W = %d, %s / %s: ||W-GPU - one-GPU|| = %.4g, D = %.4g\n", W, param_route.c_str(), grad_route.c_str(),
               std::sqrt(many_vs_one), std::sqrt(fp32_vs_bf16));
   EXPECT_LE(std::sqrt(many_vs_one), std::sqrt(fp32_vs_bf16));
+}
+
+class CudaMultiGpu : public ::testing::TestWithParam<std::tuple<int, std::string, std::string>> {};
+
+TEST_P(CudaMultiGpu, FiveStepsOnWGpusEqualOneGpu) {
+  const auto [W, param_route, grad_route] = GetParam();
+  ExpectWGpusEqualOne(W, param_route, grad_route, /*resident=*/0);
+}
+
+// The same with 3 units resident on the GPUs (broadcast from their owner, gradients
+// reduced to it, updated there) against one GPU streaming every unit.
+TEST_P(CudaMultiGpu, FiveStepsWithResidentUnitsEqualOneStreamingGpu) {
+  const auto [W, param_route, grad_route] = GetParam();
+  ExpectWGpusEqualOne(W, param_route, grad_route, /*resident=*/3);
 }
 
 INSTANTIATE_TEST_SUITE_P(
