@@ -14,6 +14,7 @@ BUILD_PKGS=(
   libabsl-dev prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libyaml-cpp-dev
   libsqlite3-dev libcpp-httplib-dev libssl-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   libre2-dev libutf8proc-dev
+  libgloo-dev
 )
 # prometheus brings promtool and a server that the metrics test scrapes with; systemd
 # brings systemd-analyze, which checks deploy/systemd (in a container too).

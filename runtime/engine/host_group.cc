@@ -1,0 +1,149 @@
+// HostGroup over c10d's TCPStore and ProcessGroupGloo; see host_group.h. Compiled with
+// USE_C10D_GLOO where LibTorch's Gloo header builds (runtime/CMakeLists.txt).
+#include "runtime/engine/host_group.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/engine/communicator.h"
+
+#ifdef SLIDEDP_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+
+namespace slidedp {
+
+#ifndef SLIDEDP_WITH_GLOO
+
+absl::StatusOr<std::unique_ptr<HostGroup>> HostGroup::Connect(const HostGroupOptions&) {
+  return absl::UnimplementedError(
+      "several hosts: this build has no Gloo (LibTorch's c10d needs gloo's headers: apt install libgloo-dev, then "
+      "rebuild)");
+}
+
+#else
+
+namespace {
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+// A c10d failure as a status: a timeout, or a peer gone.
+absl::Status Failed(const std::string& what, const std::exception& e) {
+  const std::string msg = e.what();
+  const std::string first = msg.substr(0, msg.find('\n'));
+  if (first.find("imeout") != std::string::npos || first.find("imed out") != std::string::npos) {
+    return absl::DeadlineExceededError(absl::StrCat("hosts: ", what, ": ", first));
+  }
+  return absl::UnavailableError(absl::StrCat("hosts: ", what, ": ", first));
+}
+
+class GlooHostGroup final : public HostGroup {
+ public:
+  GlooHostGroup(const HostGroupOptions& o, c10::intrusive_ptr<c10d::Store> store,
+                c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
+      : options_(o), store_(std::move(store)), pg_(std::move(pg)) {}
+
+  int hosts() const override { return options_.hosts; }
+  int rank() const override { return options_.rank; }
+
+  absl::Status ReduceScatter(const at::Tensor& in, at::Tensor out) override {
+    const int H = options_.hosts;
+    const int64_t n = in.numel(), slice = SliceLength(n, H);
+    try {
+      // Every host sends slice r of its `in` to host r (padded to equal slices).
+      at::Tensor send = at::zeros({slice * H}, in.options());
+      send.narrow(0, 0, n).copy_(in);
+      at::Tensor recv = at::empty({slice * H}, in.options());
+      std::vector<int64_t> equal;
+      pg_->alltoall_base(recv, send, equal, equal)->wait(Millis(options_.timeout_seconds));
+      // recv holds every host's slice `rank`, in host order: sum them in that order.
+      const auto [b, e] = SliceOf(n, H, options_.rank);
+      if (e > b) {
+        at::Tensor acc = out.narrow(0, 0, e - b);
+        acc.copy_(recv.narrow(0, 0, e - b));
+        for (int h = 1; h < H; ++h) acc.add_(recv.narrow(0, h * slice, e - b));
+      }
+    } catch (const std::exception& e) {
+      return Failed("reduce-scatter", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AllGather(at::Tensor buf) override {
+    const int H = options_.hosts;
+    const int64_t n = buf.numel(), slice = SliceLength(n, H);
+    try {
+      at::Tensor padded = at::empty({slice * H}, buf.options());
+      std::vector<std::vector<at::Tensor>> outs(1);
+      for (int h = 0; h < H; ++h) outs[0].push_back(padded.narrow(0, h * slice, slice));
+      const auto [b, e] = SliceOf(n, H, options_.rank);
+      std::vector<at::Tensor> mine{at::zeros({slice}, buf.options())};
+      if (e > b) mine[0].narrow(0, 0, e - b).copy_(buf.narrow(0, b, e - b));
+      pg_->allgather(outs, mine)->wait(Millis(options_.timeout_seconds));
+      buf.copy_(padded.narrow(0, 0, n));
+    } catch (const std::exception& e) {
+      return Failed("all-gather", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AllReduceSum(std::vector<double>& values) override {
+    if (values.empty()) return absl::OkStatus();
+    try {
+      std::vector<at::Tensor> t{at::tensor(values, at::TensorOptions().dtype(at::kDouble))};
+      pg_->allreduce(t)->wait(Millis(options_.timeout_seconds));
+      for (size_t i = 0; i < values.size(); ++i) values[i] = t[0][static_cast<int64_t>(i)].item<double>();
+    } catch (const std::exception& e) {
+      return Failed("all-reduce", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Barrier() override {
+    try {
+      pg_->barrier()->wait(Millis(options_.timeout_seconds));
+    } catch (const std::exception& e) {
+      return Failed("barrier", e);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const HostGroupOptions options_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostGroup>> HostGroup::Connect(const HostGroupOptions& o) {
+  if (o.hosts < 1 || o.rank < 0 || o.rank >= o.hosts) {
+    return absl::InvalidArgumentError(absl::StrCat("hosts: rank ", o.rank, " of ", o.hosts, " hosts"));
+  }
+  if (o.port < 1 || o.port > 65535) return absl::InvalidArgumentError(absl::StrCat("hosts: port ", o.port));
+  const std::string where = absl::StrCat(o.address, ":", o.port);
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(o.port);
+    so.isServer = o.rank == 0;
+    so.numWorkers = static_cast<size_t>(o.hosts);
+    so.waitWorkers = true;
+    so.timeout = Millis(o.timeout_seconds);
+    auto store = c10::make_intrusive<c10d::TCPStore>(o.address, so);
+    auto options = c10d::ProcessGroupGloo::Options::create(Millis(o.timeout_seconds));
+    const std::string local = !o.local_address.empty() ? o.local_address
+                              : (o.address == "127.0.0.1" || o.address == "localhost") ? "127.0.0.1"
+                                                                                         : "";
+    options->devices.push_back(local.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                             : c10d::ProcessGroupGloo::createDeviceForHostname(local));
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.hosts, options);
+    return std::unique_ptr<HostGroup>(new GlooHostGroup(o, std::move(store), std::move(pg)));
+  } catch (const std::exception& e) {
+    return Failed(absl::StrCat("rendezvous at ", where, " as host ", o.rank, " of ", o.hosts), e);
+  }
+}
+
+#endif  // SLIDEDP_WITH_GLOO
+
+}  // namespace slidedp

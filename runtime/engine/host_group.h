@@ -1,0 +1,54 @@
+// HostGroup: the hosts of one job (policy: several hosts, issue 24) as one c10d process
+// group over Gloo, PyTorch's distributed engine: a TCPStore rendezvous at
+// address:port (host 0 serves it), then the collectives the sharded host state needs on
+// host buffers. Reduce-scatter is an all-to-all of the slices and a sum in host order
+// (Gloo has no reduce-scatter), so that every host gets the same bits whatever the
+// timing. A peer that dies or stops answering fails every call within the timeout
+// (UNAVAILABLE or DEADLINE_EXCEEDED naming the operation), never a hang.
+// Threads: one caller at a time, the same calls in the same order on every host.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace slidedp {
+
+struct HostGroupOptions {
+  std::string address = "127.0.0.1";  // host 0's address: its TCPStore and this host's Gloo device
+  int port = 29500;                    // the TCPStore's port on host 0
+  int hosts = 1;
+  int rank = 0;
+  std::string local_address;           // the address this host's Gloo device binds; empty: the one
+                                       // that reaches `address` (127.0.0.1 for a loopback rendezvous)
+  double timeout_seconds = 60.0;       // rendezvous and every collective
+};
+
+class HostGroup {
+ public:
+  // Connects to the others (blocks until all `hosts` have joined, or the timeout).
+  // UNIMPLEMENTED in a build without Gloo (LibTorch's c10d needs libgloo-dev's headers).
+  static absl::StatusOr<std::unique_ptr<HostGroup>> Connect(const HostGroupOptions& options);
+  virtual ~HostGroup() = default;
+
+  virtual int hosts() const = 0;
+  virtual int rank() const = 0;
+
+  // `in`: [n] fp32 on every host; `out`: this host's slice of the sum, SliceOf(n, hosts,
+  // rank) (communicator.h), summed in host order.
+  virtual absl::Status ReduceScatter(const at::Tensor& in, at::Tensor out) = 0;
+  // `buf`: [n] on every host, each holding its own slice; on return every host holds all.
+  virtual absl::Status AllGather(at::Tensor buf) = 0;
+  // Element-wise sum of `values` over the hosts, the same on every host.
+  virtual absl::Status AllReduceSum(std::vector<double>& values) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+}  // namespace slidedp

@@ -1,0 +1,117 @@
+// HostGroup (issue 24) with 3 "hosts" as threads of this process over loopback (Gloo,
+// c10d's TCPStore): the reduce-scatter gives each host its slice of the sum for sizes
+// that do not divide, the all-gather every slice, the all-reduce the sum; a host that
+// never joins fails the rendezvous, and one that stops calling fails the others' next
+// collective, each within the timeout, never a hang.
+#include "runtime/engine/host_group.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine/communicator.h"
+
+namespace slidedp {
+namespace {
+
+// A TCP port free on loopback now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Runs body(group) on `hosts` threads, one host each.
+void OnHosts(int hosts, double timeout, const std::function<void(HostGroup&)>& body) {
+  const int port = FreePort();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < hosts; ++r) {
+    threads.emplace_back([&, r] {
+      HostGroupOptions o;
+      o.port = port;
+      o.hosts = hosts;
+      o.rank = r;
+      o.timeout_seconds = timeout;
+      absl::StatusOr<std::unique_ptr<HostGroup>> g = HostGroup::Connect(o);
+      ASSERT_TRUE(g.ok()) << g.status();
+      body(**g);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(HostGroup, CollectivesOfThreeHosts) {
+#ifndef SLIDEDP_WITH_GLOO
+  GTEST_SKIP() << "a build without Gloo";
+#endif
+  const int H = 3;
+  OnHosts(H, 30, [&](HostGroup& g) {
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}}) {
+      // Host h holds in[i] = (h + 1) * i: the sum is 6 i.
+      const at::Tensor in = at::arange(n, at::kFloat) * static_cast<float>(g.rank() + 1);
+      const auto [b, e] = SliceOf(n, H, g.rank());
+      at::Tensor out = at::full({std::max<int64_t>(e - b, 1)}, -1.0f);
+      ASSERT_TRUE(g.ReduceScatter(in, out).ok());
+      if (e > b) EXPECT_TRUE(at::equal(out.narrow(0, 0, e - b), at::arange(b, e, at::kFloat) * 6.0f)) << n;
+      // Each host writes its own slice; the gather brings the others.
+      at::Tensor buf = at::full({n}, -1.0f);
+      if (e > b) buf.narrow(0, b, e - b).copy_(at::arange(b, e, at::kFloat));
+      ASSERT_TRUE(g.AllGather(buf).ok());
+      EXPECT_TRUE(at::equal(buf, at::arange(n, at::kFloat))) << n;
+    }
+    std::vector<double> v{1.0 * g.rank(), 0.5};
+    ASSERT_TRUE(g.AllReduceSum(v).ok());
+    EXPECT_EQ(v[0], 3.0);
+    EXPECT_EQ(v[1], 1.5);
+    EXPECT_TRUE(g.Barrier().ok());
+  });
+}
+
+TEST(HostGroup, AHostThatNeverJoinsFailsTheRendezvousWithinTheTimeout) {
+#ifndef SLIDEDP_WITH_GLOO
+  GTEST_SKIP() << "a build without Gloo";
+#endif
+  HostGroupOptions o;
+  o.port = FreePort();
+  o.hosts = 2;
+  o.rank = 0;
+  o.timeout_seconds = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<HostGroup>> g = HostGroup::Connect(o);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("rendezvous"), std::string::npos) << g.status();
+  EXPECT_LT(waited, 20.0);
+}
+
+TEST(HostGroup, AHostThatStopsFailsTheOthersWithinTheTimeout) {
+#ifndef SLIDEDP_WITH_GLOO
+  GTEST_SKIP() << "a build without Gloo";
+#endif
+  OnHosts(3, 2, [&](HostGroup& g) {
+    std::vector<double> v{1.0};
+    ASSERT_TRUE(g.AllReduceSum(v).ok());
+    if (g.rank() == 2) return;  // host 2 stops calling (and closes its group)
+    const auto t0 = std::chrono::steady_clock::now();
+    const absl::Status s = g.AllReduceSum(v);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;
+    EXPECT_LT(waited, 20.0);
+  });
+}
+
+}  // namespace
+}  // namespace slidedp
