@@ -6,6 +6,7 @@
 #include "runtime/engine/communicator.h"
 
 #ifdef SLIDEDP_WITH_GLOO
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
@@ -72,16 +73,18 @@ class GlooHostGroup final : public HostGroup {
 
   absl::Status AllGather(at::Tensor buf) override {
     const int H = options_.hosts;
-    const int64_t n = buf.numel(), slice = SliceLength(n, H);
+    const int64_t n = buf.numel(), slice = SliceLength(n, H), elem = buf.element_size();
     try {
-      at::Tensor padded = at::empty({slice * H}, buf.options());
+      // As bytes (Gloo has no bf16), in slices of whole elements.
+      const at::Tensor bytes = buf.view(at::kByte);
+      at::Tensor padded = at::empty({slice * elem * H}, bytes.options());
       std::vector<std::vector<at::Tensor>> outs(1);
-      for (int h = 0; h < H; ++h) outs[0].push_back(padded.narrow(0, h * slice, slice));
+      for (int h = 0; h < H; ++h) outs[0].push_back(padded.narrow(0, h * slice * elem, slice * elem));
       const auto [b, e] = SliceOf(n, H, options_.rank);
-      std::vector<at::Tensor> mine{at::zeros({slice}, buf.options())};
-      if (e > b) mine[0].narrow(0, 0, e - b).copy_(buf.narrow(0, b, e - b));
+      std::vector<at::Tensor> mine{at::zeros({slice * elem}, bytes.options())};
+      if (e > b) mine[0].narrow(0, 0, (e - b) * elem).copy_(bytes.narrow(0, b * elem, (e - b) * elem));
       pg_->allgather(outs, mine)->wait(Millis(options_.timeout_seconds));
-      buf.copy_(padded.narrow(0, 0, n));
+      bytes.copy_(padded.narrow(0, 0, n * elem));
     } catch (const std::exception& e) {
       return Failed("all-gather", e);
     }
@@ -109,6 +112,27 @@ class GlooHostGroup final : public HostGroup {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<std::unique_ptr<HostGroup>> Channel(const std::string& name) override {
+    try {
+      auto store = c10::make_intrusive<c10d::PrefixStore>(name, store_);
+      auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options_.rank, options_.hosts, Options(options_));
+      return std::unique_ptr<HostGroup>(new GlooHostGroup(options_, store, std::move(pg)));
+    } catch (const std::exception& e) {
+      return Failed(absl::StrCat("opening channel '", name, "'"), e);
+    }
+  }
+
+  // The Gloo options of a group of these hosts.
+  static c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> Options(const HostGroupOptions& o) {
+    auto options = c10d::ProcessGroupGloo::Options::create(Millis(o.timeout_seconds));
+    const std::string local = !o.local_address.empty() ? o.local_address
+                              : (o.address == "127.0.0.1" || o.address == "localhost") ? "127.0.0.1"
+                                                                                         : "";
+    options->devices.push_back(local.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                             : c10d::ProcessGroupGloo::createDeviceForHostname(local));
+    return options;
+  }
+
  private:
   const HostGroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -131,13 +155,7 @@ absl::StatusOr<std::unique_ptr<HostGroup>> HostGroup::Connect(const HostGroupOpt
     so.waitWorkers = true;
     so.timeout = Millis(o.timeout_seconds);
     auto store = c10::make_intrusive<c10d::TCPStore>(o.address, so);
-    auto options = c10d::ProcessGroupGloo::Options::create(Millis(o.timeout_seconds));
-    const std::string local = !o.local_address.empty() ? o.local_address
-                              : (o.address == "127.0.0.1" || o.address == "localhost") ? "127.0.0.1"
-                                                                                         : "";
-    options->devices.push_back(local.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                             : c10d::ProcessGroupGloo::createDeviceForHostname(local));
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.hosts, options);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.hosts, GlooHostGroup::Options(o));
     return std::unique_ptr<HostGroup>(new GlooHostGroup(o, std::move(store), std::move(pg)));
   } catch (const std::exception& e) {
     return Failed(absl::StrCat("rendezvous at ", where, " as host ", o.rank, " of ", o.hosts), e);

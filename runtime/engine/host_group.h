@@ -5,7 +5,8 @@
 // (Gloo has no reduce-scatter), so that every host gets the same bits whatever the
 // timing. A peer that dies or stops answering fails every call within the timeout
 // (UNAVAILABLE or DEADLINE_EXCEEDED naming the operation), never a hang.
-// Threads: one caller at a time, the same calls in the same order on every host.
+// Threads: one caller at a time per group (Channel gives a thread a group of its own),
+// the same calls in the same order on every host.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -49,6 +50,12 @@ class HostGroup {
   // Element-wise sum of `values` over the hosts, the same on every host.
   virtual absl::Status AllReduceSum(std::vector<double>& values) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Another group of the same hosts with collectives of its own, for another thread:
+  // collectives of one group are matched in the order each host issues them, so each
+  // thread that talks to the other hosts gets its own group. Every host calls Channel
+  // with the same names in the same order.
+  virtual absl::StatusOr<std::unique_ptr<HostGroup>> Channel(const std::string& name) = 0;
 };
 
 }  // namespace slidedp

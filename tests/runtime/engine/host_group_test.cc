@@ -71,6 +71,18 @@ TEST(HostGroup, CollectivesOfThreeHosts) {
       ASSERT_TRUE(g.AllGather(buf).ok());
       EXPECT_TRUE(at::equal(buf, at::arange(n, at::kFloat))) << n;
     }
+    // bf16 travels as bytes, in slices of whole elements.
+    at::Tensor b16 = at::full({5}, -1.0f).to(at::kBFloat16);
+    const auto [b5, e5] = SliceOf(5, H, g.rank());
+    if (e5 > b5) b16.narrow(0, b5, e5 - b5).copy_(at::arange(b5, e5, at::kFloat).to(at::kBFloat16));
+    ASSERT_TRUE(g.AllGather(b16).ok());
+    EXPECT_TRUE(at::equal(b16, at::arange(5, at::kFloat).to(at::kBFloat16)));
+    // A channel: a group of its own, collectives matched on it alone.
+    absl::StatusOr<std::unique_ptr<HostGroup>> other = g.Channel("other");
+    ASSERT_TRUE(other.ok()) << other.status();
+    std::vector<double> w{2.0};
+    ASSERT_TRUE((*other)->AllReduceSum(w).ok());
+    EXPECT_EQ(w[0], 6.0);
     std::vector<double> v{1.0 * g.rank(), 0.5};
     ASSERT_TRUE(g.AllReduceSum(v).ok());
     EXPECT_EQ(v[0], 3.0);
