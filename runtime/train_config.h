@@ -109,6 +109,18 @@ struct PolicyConfig {
   double replan_threshold = 0.15;
 };
 
+// A job over several hosts (issue 24): each host runs this engine on its own GPUs and
+// its rows of every batch, and holds 1/count of the optimizer state; they meet through
+// PyTorch's c10d (a TCPStore at address:port on host 0, Gloo between the hosts'
+// memories), as torchrun's MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK.
+struct HostsConfig {
+  int count = 1;                  // hosts of the job; 1: this host alone
+  int rank = 0;                   // this host's, 0 .. count-1 (host 0 serves the rendezvous)
+  std::string address;            // host 0's address; needed when count > 1
+  int port = 29500;               // host 0's rendezvous port
+  double timeout_seconds = 300;   // rendezvous, and any exchange between the hosts
+};
+
 struct TrainConfig {
   std::string model = "tiny";   // a preset name or a Hugging Face model directory
   DataConfig data;
@@ -141,8 +153,12 @@ struct TrainConfig {
   std::string trace_file;         // non-empty: write a Chrome-trace JSON of every step there
   int64_t eval_interval = 0;      // steps between evaluations on data.eval_path; 0: none
   int64_t eval_batches = 8;       // batches (of global_batch_sequences()) per evaluation
+  HostsConfig hosts;
 
+  // Sequences a step on this host (its workers'); the job's step takes hosts.count
+  // times as many (job_batch_sequences), each host its own rows.
   int64_t global_batch_sequences() const { return micro_batch_size * grad_accum * workers; }
+  int64_t job_batch_sequences() const { return global_batch_sequences() * hosts.count; }
   int64_t tokens_per_step() const { return global_batch_sequences() * seq_len; }
 };
 

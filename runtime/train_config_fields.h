@@ -66,6 +66,15 @@ void VisitFields(PolicyConfig& p, V& v) {
   v.Field("replan_threshold", p.replan_threshold);
 }
 
+template <typename V>
+void VisitFields(HostsConfig& h, V& v) {
+  v.Field("count", h.count, kTrajectory);
+  v.Field("rank", h.rank);
+  v.Field("address", h.address);
+  v.Field("port", h.port);
+  v.Field("timeout_seconds", h.timeout_seconds);
+}
+
 // run_id is not on the list: the daemon sets it, no file or spec does.
 template <typename V>
 void VisitFields(TrainConfig& c, V& v) {
@@ -92,6 +101,7 @@ void VisitFields(TrainConfig& c, V& v) {
   v.Field("collective_timeout_seconds", c.collective_timeout_seconds);
   v.Field("eval_interval", c.eval_interval);
   v.Field("eval_batches", c.eval_batches);
+  v.Section("hosts", c.hosts);
 }
 
 // Every field's full name ("optimizer.lr"), in the list's order; with `sections`, the

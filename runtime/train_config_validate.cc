@@ -170,6 +170,27 @@ Check CheckShape(const TrainConfig& c) {
   return Known("compute_dtype", c.compute_dtype);
 }
 
+Check CheckHosts(const TrainConfig& c) {
+  const HostsConfig& h = c.hosts;
+  if (Check p = InRange("hosts.count", h.count, 1, 1024)) return p;
+  if (Check p = InRange("hosts.rank", h.rank, 0, h.count - 1)) return p;
+  if (Check p = InRange("hosts.port", h.port, 1, 65535)) return p;
+  const bool timeout_ok = h.timeout_seconds > 0 && std::isfinite(h.timeout_seconds);
+  if (Check p = Real("hosts.timeout_seconds", h.timeout_seconds, timeout_ok, "> 0 and finite")) return p;
+  if (h.count == 1) return std::nullopt;
+  if (h.address.empty()) return Problem{"hosts.address", "must name host 0 (its address) when hosts.count > 1"};
+  if (c.optimizer.state_dtype == MomentDtype::kInt8) {
+    return Problem{"optimizer.state_dtype", "int8 needs hosts.count 1 (its blocks would straddle the hosts' shards)"};
+  }
+  if (c.policy.resident_units > 0) {
+    return Problem{"policy.resident_units", "must be 0 or -1 (auto: none) with hosts.count > 1"};
+  }
+  if (c.policy.grad_landing == GradLanding::kBf16) {
+    return Problem{"policy.grad_landing", "bf16 needs hosts.count 1 (the hosts sum fp32 gradients)"};
+  }
+  return std::nullopt;
+}
+
 Check CheckRun(const TrainConfig& c) {
   if (Check p = Bounded("steps", c.steps, 1, kMaxSteps)) return p;
   if (Check p = Bounded("checkpoint_interval", c.checkpoint_interval, 0, kMaxSteps)) return p;
@@ -220,6 +241,7 @@ Check FindProblem(const TrainConfig& c) {
                    absl::StrCat("must be 0 or -1 (auto) with optimizer.state_dtype ", NameOf(c.optimizer.state_dtype),
                                 ": units resident on a GPU keep fp32 moments, got ", c.policy.resident_units)};
   }
+  if (Check p = CheckHosts(c)) return p;
   return CheckRun(c);
 }
 

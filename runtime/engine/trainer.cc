@@ -544,6 +544,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainConfig& config
         "device: cuda with ", config.workers, " workers needs as many GPUs and a CUDA-enabled LibTorch; ",
         at::hasCUDA() ? absl::StrCat(at::getNumGPUs(), " GPUs are visible") : "this build has no CUDA"));
   }
+  if (config.hosts.count > 1) {
+    return absl::UnimplementedError("hosts.count > 1: jobs over several hosts are not built yet (issue 24)");
+  }
   bool from_dir = false;
   absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);
   if (!model.ok()) return model.status();

@@ -96,18 +96,28 @@ std::vector<at::Tensor> PinnedBuffers(const ModelLayout& layout, at::ScalarType 
 }  // namespace
 
 HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems,
-                     bool pin, bool fp32_grad, MomentDtype moments)
+                     bool pin, bool fp32_grad, MomentDtype moments, int shard, int shards)
     : config_(config),
       layout_(BuildLayout(config)),
       compute_dtype_(compute_dtype),
       fp32_grad_(fp32_grad),
       pinned_(pin),
-      moment_dtype_(moments) {
+      moment_dtype_(moments),
+      shard_(shard),
+      shards_(shards) {
+  if (shards < 1 || shard < 0 || shard >= shards || (shards > 1 && moments == MomentDtype::kInt8)) {
+    throw std::invalid_argument(absl::StrFormat("HostState: shard %d of %d with these moments", shard, shards));
+  }
   std::vector<at::Tensor> pinned;
   if (pin) pinned = PinnedBuffers(layout_, compute_dtype, fp32_grad);
   size_t next_pinned = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    const int64_t n = layout_.units[u].numel;
+    const int64_t numel = layout_.units[u].numel;
+    // SliceOf (runtime/engine/communicator.h): slices of ceil(numel / shards).
+    const int64_t slice = (numel + shards - 1) / shards;
+    const int64_t sb = std::min(numel, shard * slice), se = std::min(numel, sb + slice);
+    shard_ranges_.emplace_back(sb, se);
+    const int64_t n = se - sb;  // master, m and v: this shard
     UnitState s;
     s.master = Alloc(n, at::kFloat, false);
     switch (moments) {
@@ -128,12 +138,12 @@ HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, in
         break;
       }
     }
-    s.params = pin ? pinned[next_pinned++] : Alloc(n, compute_dtype, false);
-    if (fp32_grad) s.grad = pin ? pinned[next_pinned++] : Alloc(n, at::kFloat, false);
+    s.params = pin ? pinned[next_pinned++] : Alloc(numel, compute_dtype, false);
+    if (fp32_grad) s.grad = pin ? pinned[next_pinned++] : Alloc(numel, at::kFloat, false);
     units_.push_back(std::move(s));
     std::vector<Chunk> cs;
-    const int64_t step = chunk_elems > 0 ? chunk_elems : n;
-    for (int64_t b = 0; b < n; b += step) cs.push_back({u, b, std::min(n, b + step)});
+    const int64_t step = chunk_elems > 0 ? chunk_elems : numel;
+    for (int64_t b = 0; b < numel; b += step) cs.push_back({u, b, std::min(numel, b + step)});
     if (cs.empty()) cs.push_back({u, 0, 0});
     chunks_.push_back(std::move(cs));
   }
@@ -150,8 +160,10 @@ absl::Status HostState::InitRandom(uint64_t seed, const StopToken* stop) {
   };
   std::vector<Fill> fills;
   uint64_t tensor_seed = seed * 0x100000001B3ull + 1;
+  // Whole units (several shards: temporary buffers, then each keeps its own slice).
+  std::vector<at::Tensor> whole = WholeMasters();
   for (int u = 0; u < num_units(); ++u) {
-    float* base = units_[u].master.data_ptr<float>();
+    float* base = whole[u].data_ptr<float>();
     for (const ParamSpec& p : layout_.units[u].params) {
       tensor_seed = tensor_seed * 6364136223846793005ull + 1442695040888963407ull;
       const bool is_norm = p.name.find("norm.weight") != std::string::npos;
@@ -177,21 +189,41 @@ absl::Status HostState::InitRandom(uint64_t seed, const StopToken* stop) {
   work();
   for (std::thread& t : threads) t.join();
   if (absl::Status s = CheckStop(stop, "initializing the weights"); !s.ok()) return s;
-  RefreshAllParams();
+  KeepShards(whole);
   return absl::OkStatus();
 }
 
+std::vector<at::Tensor> HostState::WholeMasters() {
+  std::vector<at::Tensor> whole;
+  for (int u = 0; u < num_units(); ++u) {
+    whole.push_back(shards_ == 1 ? units_[u].master : at::zeros({layout_.units[u].numel}, at::kFloat));
+  }
+  return whole;
+}
+
+void HostState::KeepShards(const std::vector<at::Tensor>& whole) {
+  for (int u = 0; u < num_units(); ++u) {
+    if (shards_ > 1) {
+      units_[u].master.copy_(whole[u].narrow(0, shard_begin(u), shard_end(u) - shard_begin(u)));
+    }
+    // The whole streamed copy: every host starts with all of it.
+    units_[u].params.copy_(whole[u]);
+  }
+}
+
 absl::Status HostState::LoadHf(const std::string& model_dir, const StopToken* stop) {
+  std::vector<at::Tensor> whole = WholeMasters();
   absl::Status s = LoadHfWeights(model_dir, layout_, [&](int u, int p) {
-    return units_[u].master.data_ptr<float>() + layout_.units[u].params[p].offset;
+    return whole[u].data_ptr<float>() + layout_.units[u].params[p].offset;
   }, stop);
-  if (s.ok()) RefreshAllParams();
+  if (s.ok()) KeepShards(whole);
   return s;
 }
 
 void HostState::RefreshParams(int u, int64_t begin, int64_t end) {
   if (end <= begin) return;
-  units_[u].params.narrow(0, begin, end - begin).copy_(units_[u].master.narrow(0, begin, end - begin));
+  const int64_t sb = shard_begin(u);
+  units_[u].params.narrow(0, begin, end - begin).copy_(units_[u].master.narrow(0, begin - sb, end - begin));
 }
 
 int64_t HostState::bytes() const {
@@ -218,7 +250,7 @@ MomentView HostState::moments(int u) {
 }
 
 void HostState::RefreshAllParams() {
-  for (int u = 0; u < num_units(); ++u) RefreshParams(u, 0, layout_.units[u].numel);
+  for (int u = 0; u < num_units(); ++u) RefreshParams(u, shard_begin(u), shard_end(u));
 }
 
 std::string HostState::MasterDigest() const {

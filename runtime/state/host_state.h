@@ -24,7 +24,7 @@ namespace slidedp {
 class StopToken;  // runtime/io/stop_token.h
 
 struct UnitState {
-  at::Tensor master;  // fp32 [numel]
+  at::Tensor master;  // fp32 [shard]: elements [shard_begin, shard_end) of the unit
   at::Tensor m;       // [numel] as stored: fp32, bf16, or int8 codes
   at::Tensor v;       // [numel] as stored: fp32, bf16, or uint8 codes
   at::Tensor m_scale; // int8 moments: fp32 [blocks of kMomentBlock]; otherwise undefined
@@ -50,8 +50,12 @@ class HostState {
   // and its update, which rewrites it), so the state is 14 bytes per parameter
   // (needs compute dtype bf16). `moments`: how m and v are stored; with bf16 or int8,
   // `chunk_elems` must be a multiple of kMomentBlock (validation says so).
+  // `shard` of `shards` (a job over several hosts, issue 24): this host holds the
+  // master, m and v of its slice [shard_begin(u), shard_end(u)) of every unit
+  // (SliceOf(numel, shards, shard), runtime/engine/communicator.h's split), the streamed
+  // copy and the gradient whole; int8 moments need one shard (their blocks).
   HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems, bool pin,
-            bool fp32_grad = true, MomentDtype moments = MomentDtype::kFp32);
+            bool fp32_grad = true, MomentDtype moments = MomentDtype::kFp32, int shard = 0, int shards = 1);
 
   // Seeded random initialization as Hugging Face does it: weights ~ N(0, 0.02), norm
   // weights 1, biases 0. Identical for a seed on every machine (own generator).
@@ -63,12 +67,21 @@ class HostState {
   // between tensors once `stop` (may be null) is set.
   absl::Status LoadHf(const std::string& model_dir, const StopToken* stop = nullptr);
 
-  // Rewrites the streamed copy of `unit` in [begin, end) from the master weights.
+  // Rewrites the streamed copy of `unit` in [begin, end) (unit offsets, within this
+  // host's shard) from the master weights.
   void RefreshParams(int unit, int64_t begin, int64_t end);
+  // Every unit's shard: with several shards the rest of the copy comes from the others.
   void RefreshAllParams();
 
-  // FNV-1a over every unit's master bytes, 16 hex digits.
+  // FNV-1a over every unit's master bytes (this host's shards), 16 hex digits.
   std::string MasterDigest() const;
+
+  // This host's shard of unit `u`: its master, m and v hold elements [begin, end) of the
+  // unit, at master index i - begin. One shard: [0, numel).
+  int shard() const { return shard_; }
+  int shards() const { return shards_; }
+  int64_t shard_begin(int u) const { return shard_ranges_[u].first; }
+  int64_t shard_end(int u) const { return shard_ranges_[u].second; }
 
   const ModelConfig& config() const { return config_; }
   const ModelLayout& layout() const { return layout_; }
@@ -89,12 +102,20 @@ class HostState {
   int64_t bytes() const;
 
  private:
+  // Buffers for whole units' fp32 weights: the masters themselves with one shard, else
+  // temporaries; KeepShards then takes each unit's shard and the whole streamed copy.
+  std::vector<at::Tensor> WholeMasters();
+  void KeepShards(const std::vector<at::Tensor>& whole);
+
   ModelConfig config_;
   ModelLayout layout_;
   at::ScalarType compute_dtype_;
   bool fp32_grad_;
   bool pinned_;
   MomentDtype moment_dtype_;
+  int shard_ = 0;
+  int shards_ = 1;
+  std::vector<std::pair<int64_t, int64_t>> shard_ranges_;  // per unit
   std::vector<UnitState> units_;
   std::vector<std::vector<Chunk>> chunks_;
 };
