@@ -149,6 +149,12 @@ std::string KnobsText(const v1::PlanKnobs& k) {
   if (k.kept_blocks() >= 0 && k.blocks() > 0) {
     absl::StrAppend(&text, absl::StrFormat(", %d of %d blocks kept", std::min(k.kept_blocks(), k.blocks()), k.blocks()));
   }
+  // The units whose training state lives on a GPU (and is updated there).
+  if (k.resident_units() > 0 && k.units() > 0) {
+    absl::StrAppend(&text, absl::StrFormat(", %d of %d units resident (%s on a GPU)",
+                                           std::min(k.resident_units(), k.units()), k.units(),
+                                           Bytes(static_cast<double>(k.resident_bytes()))));
+  }
   return text;
 }
 

@@ -11,7 +11,9 @@ namespace {
 // Plan text comes from the runtime (calibration notes may quote errors): valid UTF-8.
 std::string Text(const std::string& s) { return ValidUtf8(s); }
 
-void KnobsToProto(const PlanKnobs& k, int64_t blocks, v1::PlanKnobs* out) {
+// `resident_bytes`: the resident units' GPU bytes on the GPU holding most (the
+// prediction's memory.resident for these knobs).
+void KnobsToProto(const PlanKnobs& k, int64_t blocks, int64_t units, int64_t resident_bytes, v1::PlanKnobs* out) {
   out->set_micro_batch_size(k.micro_batch_size);
   out->set_grad_accum(k.grad_accum);
   out->set_chunk_elems(k.policy.chunk_elems);
@@ -23,6 +25,9 @@ void KnobsToProto(const PlanKnobs& k, int64_t blocks, v1::PlanKnobs* out) {
   out->set_grad_landing(NameOf(k.policy.grad_landing));
   out->set_kept_blocks(k.policy.kept_blocks);
   out->set_blocks(blocks);
+  out->set_resident_units(k.policy.resident_units);
+  out->set_units(units);
+  out->set_resident_bytes(resident_bytes);
 }
 
 void TimesToProto(const std::map<std::string, double>& times,
@@ -40,7 +45,7 @@ v1::Plan PlanToProto(const std::string& job_id, const PlanReport& r, bool candid
   v1::Plan p;
   p.set_job_id(job_id);
   p.set_auto_(r.auto_plan);
-  KnobsToProto(r.knobs, r.blocks, p.mutable_knobs());
+  KnobsToProto(r.knobs, r.blocks, r.units, r.prediction.memory.resident, p.mutable_knobs());
   const StepPrediction& pr = r.prediction;
   p.set_predicted_step_seconds(pr.step_seconds);
   p.set_measured_step_seconds(r.measured_step_seconds);
@@ -87,7 +92,7 @@ v1::Plan PlanToProto(const std::string& job_id, const PlanReport& r, bool candid
     const std::string chosen = DescribeKnobs(r.knobs);
     for (const Candidate& c : r.candidates) {
       v1::PlanCandidate* o = p.add_candidates();
-      KnobsToProto(c.knobs, r.blocks, o->mutable_knobs());
+      KnobsToProto(c.knobs, r.blocks, r.units, c.prediction.memory.resident, o->mutable_knobs());
       o->set_predicted_step_seconds(c.prediction.step_seconds);
       o->set_bottleneck(Text(c.prediction.bottleneck));
       o->set_memory_bytes(c.prediction.memory.total);

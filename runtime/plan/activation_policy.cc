@@ -28,9 +28,12 @@ ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& m
   knobs.policy.activations = plan.offload_inputs ? ActivationPlacement::kHost : ActivationPlacement::kDevice;
   JobShape job = JobShapeOf(config);
   job.param_bytes = static_cast<int>(element_bytes);
-  plan.kept_blocks =
-      KeptBlocks(ShapeOf(model), job, knobs,
-                 MemoryBudget(config.policy.gpu_memory_budget_bytes, device_available > 0 ? device_available : device_memory));
+  const ModelShape shape = ShapeOf(model);
+  const int64_t memory =
+      MemoryBudget(config.policy.gpu_memory_budget_bytes, device_available > 0 ? device_available : device_memory);
+  plan.resident_units = ResidentUnits(shape, job, knobs, memory);
+  knobs.policy.resident_units = plan.resident_units;
+  plan.kept_blocks = KeptBlocks(shape, job, knobs, memory);
   return plan;
 }
 

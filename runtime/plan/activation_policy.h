@@ -1,6 +1,6 @@
-// ActivationPolicy: where a step's layer inputs wait for backward, which blocks keep
-// their whole graph instead of recomputing in backward, and how long the MLP's sequence
-// tiles are, from the job's fields and the device's memory. The job's explicit
+// ActivationPolicy: where a step's layer inputs wait for backward, which units' training
+// state is resident on a GPU, which blocks keep their whole graph instead of recomputing
+// in backward, and how long the MLP's sequence tiles are, from the job's fields and the device's memory. The job's explicit
 // choices win; "auto" decides against policy.gpu_memory_budget_bytes when set (capped by
 // the device), else the device's memory. Pure function; called when a worker is built.
 #pragma once
@@ -18,6 +18,9 @@ struct ActivationPlan {
   // The last `kept_blocks` decoder blocks keep their graph from forward to backward
   // (no recompute, not offloaded); the others keep only their input.
   int64_t kept_blocks = 0;
+  // The first `resident_units` units keep their training state on a GPU
+  // (runtime/plan/residency.h places them).
+  int64_t resident_units = 0;
 };
 
 // `element_bytes`: of the compute dtype. `device_memory`: the device's total bytes, 0 on
@@ -26,8 +29,11 @@ struct ActivationPlan {
 //    positions x hidden) would take more than 40% of the memory they may use.
 //  - mlp_tile_tokens 0: AutoMlpTile with one intermediate under 1 GiB, and under 1/32 of
 //    the budget when one is set.
-//  - kept_blocks -1: step_model.h's KeptBlocks within MemoryBudget(budget,
-//    device_available) with the placement chosen above (none on the CPU device).
+//  - resident_units -1: step_model.h's ResidentUnits within MemoryBudget(budget,
+//    device_available) with the placement chosen above and the default rates (none on
+//    the CPU device or without fp32 moments).
+//  - kept_blocks -1: step_model.h's KeptBlocks within the same memory, with the
+//    resident units chosen before (ResidentUnits chose the pair).
 // `device_available`: what the process can still allocate there (0: as `device_memory`),
 // the kept blocks' limit (another process on the GPU leaves less).
 ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& model, int64_t element_bytes,

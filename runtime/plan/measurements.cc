@@ -11,8 +11,10 @@ void RefineRates(const StepMeasurement& step, const StepPrediction& predicted, c
   auto blend = [alpha](double& rate, double measured) {
     if (measured > 0 && std::isfinite(measured)) rate = (1 - alpha) * rate + alpha * measured;
   };
-  if (!step.skipped && step.update_busy_seconds > 0) {
-    blend(r.adamw_params_per_s, static_cast<double>(shape.total_params()) / step.update_busy_seconds);
+  // The CPU updates the streamed units only (resident ones update on their GPU).
+  const int64_t cpu_params = shape.total_params() - predicted.resident_params;
+  if (!step.skipped && step.update_busy_seconds > 0 && cpu_params > 0) {
+    blend(r.adamw_params_per_s, static_cast<double>(cpu_params) / step.update_busy_seconds);
   }
   for (const LinkMeasurement& w : step.workers) {
     if (w.h2d_busy_seconds > 0) blend(r.h2d_gbps, static_cast<double>(w.h2d_bytes) / w.h2d_busy_seconds / 1e9);

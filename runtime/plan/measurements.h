@@ -3,7 +3,7 @@
 // times and bytes of one finished step (StepMeasurement). The engine fills both
 // (runtime/engine/calibration.h); the plan never sees the engine's trainer, streams or
 // communicator. RefineRates folds a step into the rates: the AdamW rate from the update
-// thread's busy time, the copy rates where the streams were timed, and the GPU times
+// thread's busy time (over the streamed units' parameters), the copy rates where the streams were timed, and the GPU times
 // scaled by measured / predicted when the model says the GPU is the bottleneck, each as
 // an exponentially weighted average. No LibTorch; the job's thread.
 #pragma once

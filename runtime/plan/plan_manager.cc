@@ -26,10 +26,12 @@ PlanManager::PlanManager(const ModelConfig& model, const TrainConfig& config)
       job_(JobShapeOf(config)),
       threshold_(config.policy.replan_threshold),
       requested_kept_(config.policy.kept_blocks),
+      requested_resident_(config.policy.resident_units),
       drift_(config.policy.replan_threshold, kReplanPatience) {
   report_.available = true;
   report_.auto_plan = config.policy.auto_plan;
   report_.blocks = shape_.layers;
+  report_.units = shape_.num_units();
   report_.rates = DefaultRates(shape_, job_);
   report_.budget_bytes = MemoryBudget(config.policy.gpu_memory_budget_bytes, 0);
 }
@@ -78,6 +80,13 @@ void PlanManager::SetKeptBlocks(int64_t kept) {
   Use(k);
 }
 
+void PlanManager::SetResidentUnits(int64_t units) {
+  if (report_.knobs.policy.resident_units == units) return;
+  PlanKnobs k = report_.knobs;
+  k.policy.resident_units = units;
+  Use(k);
+}
+
 void PlanManager::FixLanding(bool bf16) {
   report_.knobs.policy.grad_landing = bf16 ? GradLanding::kBf16 : GradLanding::kFp32;
 }
@@ -93,6 +102,7 @@ std::optional<PlanKnobs> PlanManager::AfterStep(const StepMeasurement& measured,
   drift_.Reset();
   PlanKnobs base = report_.knobs;
   base.policy.kept_blocks = requested_kept_;  // auto stays auto for the new candidates
+  base.policy.resident_units = requested_resident_;
   absl::StatusOr<PlanChoice> choice = ChoosePlan(shape_, job_, base, report_.rates, report_.budget_bytes);
   if (!choice.ok()) return std::nullopt;  // keep the plan that runs
   report_.candidates = std::move(choice->candidates);
@@ -113,9 +123,13 @@ absl::StatusOr<PlanKnobs> PlanManager::AfterOutOfMemory(const absl::Status& erro
   if (report_.auto_plan) {
     smaller = Shrink(report_.knobs);
   } else if (requested_kept_ < 0 && report_.knobs.policy.kept_blocks > 0) {
-    // The job set its knobs but left the kept blocks to the engine: only those give way.
+    // The job set its knobs but left the kept blocks to the engine: only those give way,
+    // then the resident units it left to the engine.
     smaller = report_.knobs;
     smaller->policy.kept_blocks /= 2;
+  } else if (requested_resident_ < 0 && report_.knobs.policy.resident_units > 0) {
+    smaller = report_.knobs;
+    smaller->policy.resident_units /= 2;
   }
   if (!smaller.has_value()) {
     return absl::Status(error.code(), absl::StrCat(error.message(), " (the plan cannot shrink further: ",

@@ -39,6 +39,11 @@ class PlanManager {
   // the device's memory when the knobs left it to auto (-1), or at most the layers.
   void SetKeptBlocks(int64_t kept);
 
+  // The number of units resident on a GPU the engine runs with: policy.resident_units
+  // resolved against the device's memory (ResidentUnits) when the knobs left it to auto
+  // (-1), or at most the units.
+  void SetResidentUnits(int64_t units);
+
   // The host state lands gradients in bf16 (true) or fp32: later plans keep to routes
   // that allow it.
   void FixLanding(bool bf16);
@@ -49,9 +54,9 @@ class PlanManager {
   std::optional<PlanKnobs> AfterStep(const StepMeasurement& measured, bool first_of_plan);
 
   // After a GPU out-of-memory `error` in step `step` (1-based) with the current knobs:
-  // the smaller plan to retry with (with policy.auto off, only half the kept blocks, and
-  // only when the job left their count to auto); the error itself, with a note, when
-  // nothing is left to shrink.
+  // the smaller plan to retry with (with policy.auto off, only half the kept blocks when
+  // the job left their count to auto, then half the resident units when it left theirs);
+  // the error itself, with a note, when nothing is left to shrink.
   absl::StatusOr<PlanKnobs> AfterOutOfMemory(const absl::Status& error, int64_t step);
 
   // Knobs chosen by someone else (Trainer::UsePlan), from now on; the landing stays.
@@ -68,6 +73,7 @@ class PlanManager {
   JobShape job_;
   double threshold_;
   int64_t requested_kept_;  // the job's policy.kept_blocks (-1: auto)
+  int64_t requested_resident_;  // the job's policy.resident_units (-1: auto)
   DriftMonitor drift_;
   PlanReport report_;
 };

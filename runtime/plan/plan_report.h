@@ -19,6 +19,8 @@ struct PlanReport {
   bool auto_plan = false;   // policy.auto: the knobs were chosen by the policy
   PlanKnobs knobs;
   int64_t blocks = 0;       // the model's decoder blocks (knobs.policy.kept_blocks of them keep their graph)
+  int64_t units = 0;        // the model's units (the first knobs.policy.resident_units of them are resident;
+                            // prediction.memory.resident their bytes on the GPU holding most)
   StepPrediction prediction;
   Rates rates;
   double measured_step_seconds = 0.0;  // the last step's, 0 before the first

@@ -55,7 +55,9 @@ absl::StatusOr<PlanChoice> ChoosePlan(const ModelShape& shape, const JobShape& j
   int best = -1;
   int smallest = -1;
   for (PlanKnobs& k : EnumerateKnobs(job, base, space)) {
-    // As many kept blocks as the budget leaves room for with these knobs.
+    // The resident units worth their memory, then as many kept blocks as the budget
+    // leaves room for with these knobs (ResidentUnits weighs the two together).
+    if (k.policy.resident_units < 0) k.policy.resident_units = ResidentUnits(shape, job, k, budget_bytes, rates);
     if (k.policy.kept_blocks < 0) k.policy.kept_blocks = KeptBlocks(shape, job, k, budget_bytes);
     Candidate c;
     c.knobs = k;
@@ -101,6 +103,11 @@ std::optional<PlanKnobs> Shrink(const PlanKnobs& knobs) {
   // Kept graphs first: they are the largest part that only costs time to give up.
   if (k.policy.kept_blocks > 0) {
     k.policy.kept_blocks /= 2;
+    return k;
+  }
+  // Then resident units: their state goes back to host memory, the CPU updates them.
+  if (k.policy.resident_units > 0) {
+    k.policy.resident_units /= 2;
     return k;
   }
   if (k.micro_batch_size > 1) {
@@ -166,6 +173,7 @@ std::string DescribeKnobs(const PlanKnobs& k) {
                                   k.policy.prefetch_depth, ", activations ", NameOf(k.policy.activations), ", ",
                                   NameOf(k.policy.param_route), "/", NameOf(k.policy.grad_route));
   if (k.policy.kept_blocks > 0) absl::StrAppend(&text, ", ", k.policy.kept_blocks, " blocks kept");
+  if (k.policy.resident_units > 0) absl::StrAppend(&text, ", ", k.policy.resident_units, " units resident");
   return text;
 }
 

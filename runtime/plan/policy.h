@@ -1,7 +1,9 @@
 // Policy: the plan search of DESIGN.md ("Step-time model and policy"). Enumerates the
 // knobs (micro-batch size and count for the same global batch, prefetch depth,
 // activation placement, and with several workers the parameter and gradient routes;
-// with policy.kept_blocks -1 each candidate keeps as many blocks' graphs as fit),
+// with policy.resident_units -1 each candidate keeps the resident units ResidentUnits
+// finds worth their GPU memory, and with policy.kept_blocks -1 as many blocks' graphs
+// as then fit),
 // predicts each candidate with the step model, drops those over the GPU memory budget
 // and picks the fastest (ties: fewer PCIe bytes, then less memory, then enumeration
 // order), deterministically.
@@ -51,7 +53,8 @@ absl::StatusOr<PlanChoice> ChoosePlan(const ModelShape& shape, const JobShape& j
                                       const SearchSpace& space = SearchSpace());
 
 // After a GPU out-of-memory with `knobs`: the next smaller plan, in this order: half
-// the kept blocks (down to none), fewer sequences per micro-batch (more micro-batches, same global batch), activations to
+// the kept blocks (down to none), half the resident units (down to none), fewer
+// sequences per micro-batch (more micro-batches, same global batch), activations to
 // host memory, a smaller prefetch depth, a smaller loss chunk. Empty when nothing is
 // left to shrink.
 std::optional<PlanKnobs> Shrink(const PlanKnobs& knobs);
@@ -61,7 +64,8 @@ std::optional<PlanKnobs> Shrink(const PlanKnobs& knobs);
 int64_t MemoryBudget(int64_t configured, int64_t device_free);
 
 // Text of the knobs, e.g. "4 x 2 micro-batches, prefetch 2, activations device,
-// replicate/gather_host", and ", 12 blocks kept" when blocks keep their graph.
+// replicate/gather_host", ", 12 blocks kept" when blocks keep their graph and ", 5 units
+// resident" when units live on a GPU.
 std::string DescribeKnobs(const PlanKnobs& knobs);
 
 // Re-plan trigger with hysteresis: the relative drift of measured against predicted

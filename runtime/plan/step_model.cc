@@ -74,6 +74,7 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
   r.grad_s_per_param = 1e-9;
   r.launch_s = 2e-5;
   r.adamw_params_per_s = 3e8 * 28.0 / job.update_bytes_per_param;
+  r.gpu_update_params_per_s = r.adamw_params_per_s;  // the same AdamW, on the update thread
   r.host_memory_gbps = 10.0;
   return r;
 }
@@ -183,6 +184,8 @@ class StepReplay {
         bf16_landing_(Bf16Landing(job, k.policy)),
         schedule_(U_, shape.tied, k.policy.prefetch_depth),
         kept_(KeptBlocks(shape, job, k, 0)),
+        residency_(ResidencyOf(shape, job, k)),
+        update_resource_(job.cuda ? kResGpuUpdate : kResCpuUpdate),
         slot_free_(schedule_.num_slots(), -1),
         updated_(U_, -1) {}
 
@@ -211,6 +214,11 @@ class StepReplay {
   double CollectiveSeconds(int64_t bytes) const {
     return static_cast<double>(bytes) * (W_ - 1) / W_ / (rates_.collective_gbps * 1e9);
   }
+  // A broadcast or a reduce to one rank: NCCL's bus bandwidth is its algorithm
+  // bandwidth (no (W-1)/W).
+  double RootedSeconds(int64_t bytes) const {
+    return static_cast<double>(bytes) / (rates_.collective_gbps * 1e9);
+  }
   // The CPU device runs every operation on the worker's thread.
   void Sync(int op) {
     if (!job_.cuda) host_.WaitFor(r_, op);
@@ -238,6 +246,8 @@ class StepReplay {
   std::string Name(int u) const { return schedule_.unit_name(u); }
   // Unit u (a block) keeps its graph: one of the last kept_ blocks.
   bool Kept(int u) const { return u >= U_ - 1 - kept_ && u < U_ - 1; }
+  // Unit u's state lives on a GPU (policy.resident_units).
+  bool Resident(int u) const { return residency_.resident(u); }
   int Compute(const std::string& what, double seconds, std::initializer_list<int> deps) {
     const int op = r_.Add(kResGpu, what, seconds, deps, host_.t, host_.cause);
     compute_ops.push_back(op);
@@ -257,6 +267,8 @@ class StepReplay {
   HostThread host_;
   const StepSchedule schedule_;  // the engine's: fetch order, slots, prefetch points
   const int64_t kept_;           // blocks that keep their graph (the last ones)
+  const Residency residency_;    // units whose state lives on a GPU (the first ones)
+  const char* const update_resource_;  // where resident units update
   std::vector<int> slot_free_;   // slot -> the compute op that released it last
   std::vector<int> fetched_;     // item -> its fetch op in this step
   std::vector<int> updated_;       // unit -> op of its latest update
@@ -265,15 +277,27 @@ class StepReplay {
   int next_gacc_ = 0;
   int emb_free_ = -1;
   int lander_ = -1;               // the landing thread's last operation
-  int update_thread_ = -1;
+  HostThread update_thread_;       // the update thread: CPU updates, resident launches
 };
 
 void StepReplay::Fetch(int item, bool backward_phase) {
   if (item < 0 || item >= schedule_.size()) return;
   slot_events.push_back({StepSchedule::Op::kFetch, item});
   const int u = schedule_.item(item).unit;
-  host_.WaitFor(r_, updated_[u]);  // WaitParamsReady: the previous step's update of u
   const int64_t numel = shape_.unit_params[u];
+  if (Resident(u)) {
+    // Nothing to upload: the compute waits for the unit's GPU update of the previous step
+    // on its stream (no host wait); the other GPUs receive it from the owner.
+    int op = updated_[u];
+    if (W_ > 1) {
+      op = r_.Add(kResCollective, "broadcast " + Name(u), RootedSeconds(numel * job_.param_bytes),
+                  {op, slot_free_[schedule_.item(item).slot]}, host_.t, host_.cause);
+      Sync(op);
+    }
+    fetched_[item] = op;
+    return;
+  }
+  host_.WaitFor(r_, updated_[u]);  // WaitParamsReady: the previous step's update of u
   const bool scatter = W_ > 1 && k_.policy.param_route == ParamRoute::kScatterAllGather;
   const int64_t bytes = (scatter ? CeilDiv(numel, W_) : numel) * job_.param_bytes;
   h2d_bytes += bytes;
@@ -291,6 +315,21 @@ void StepReplay::Fetch(int item, bool backward_phase) {
 
 void StepReplay::Land(int u, int compute_op) {
   const int64_t numel = shape_.unit_params[u];
+  if (Resident(u)) {
+    // The gradient stays on the GPU: its own fp32 buffer on the owner, reduced there from
+    // the other GPUs' accumulators (the ring's, freed by the reduce).
+    landed_[u] = compute_op;
+    if (W_ > 1) {
+      landed_[u] = r_.Add(kResCollective, "reduce " + Name(u), RootedSeconds(numel * 4), {compute_op}, host_.t,
+                          host_.cause);
+      Sync(landed_[u]);
+      if (u > 0) {
+        gacc_free_[next_gacc_] = landed_[u];
+        next_gacc_ = 1 - next_gacc_;
+      }
+    }
+    return;
+  }
   const GradRoute route = k_.policy.grad_route;
   const bool host_sum = W_ > 1 && route == GradRoute::kGatherHost;
   if (host_sum) host_.WaitFor(r_, lander_);  // the host sums from one buffer per rank
@@ -400,10 +439,12 @@ int StepReplay::Step(double start, int start_cause) {
       h2d_bytes += act_bytes;
       Sync(restored);
     }
+    // A resident unit on one GPU accumulates into its own gradient, not the ring's.
+    const int accumulator = Resident(u) && W_ == 1 ? -1 : gacc_free_[next_gacc_];
     c = Compute("backward " + Name(u),
                 block_bwd + (Kept(u) ? 0.0 : T * rates_.recompute_s) +
                     rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
-                {acquire, inputs, gacc_free_[next_gacc_]});
+                {acquire, inputs, accumulator});
     Release(it, c);
     Land(u, c);
   }
@@ -426,10 +467,12 @@ void StepReplay::Updates() {
     avail_cause[u] = job_.clip ? last : landed_[u];
     avail[u] = r_.op(avail_cause[u]).end;
   }
-  // Earliest deadline first: among the available units, the lowest.
+  // Earliest deadline first: among the available units, the lowest. A resident unit's
+  // update is a launch on its GPU's update stream that takes the thread no time (on the
+  // cpu device the thread runs it); a streamed unit's is the thread's CPU AdamW.
   std::vector<bool> done(U_, false);
   for (int n = 0; n < U_; ++n) {
-    const double free = update_thread_ >= 0 ? r_.op(update_thread_).end : 0.0;
+    const double free = update_thread_.t;
     int pick = -1;
     for (int u = 0; u < U_; ++u) {
       if (!done[u] && avail[u] <= free) {
@@ -443,9 +486,22 @@ void StepReplay::Updates() {
       }
     }
     done[pick] = true;
-    const double seconds = static_cast<double>(shape_.unit_params[pick]) / rates_.adamw_params_per_s;
-    update_thread_ = r_.Add(kResCpuUpdate, "update " + Name(pick), seconds, {avail_cause[pick]}, 0.0, -1);
-    updated_[pick] = update_thread_;
+    const double params = static_cast<double>(shape_.unit_params[pick]);
+    if (Resident(pick)) {
+      const int op = r_.Add(update_resource_, "update " + Name(pick), params / rates_.gpu_update_params_per_s,
+                            {avail_cause[pick]}, update_thread_.t, update_thread_.cause);
+      updated_[pick] = op;
+      if (job_.cuda) {
+        update_thread_.WaitFor(r_, avail_cause[pick]);  // launched once available
+      } else {
+        update_thread_.WaitFor(r_, op);
+      }
+      continue;
+    }
+    const int op = r_.Add(kResCpuUpdate, "update " + Name(pick), params / rates_.adamw_params_per_s,
+                          {avail_cause[pick]}, update_thread_.t, update_thread_.cause);
+    update_thread_.WaitFor(r_, op);
+    updated_[pick] = op;
   }
 }
 
@@ -480,6 +536,49 @@ int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs
   return std::min(shape.layers, (usable - base) / per_block);
 }
 
+int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes,
+                      const Rates& rates) {
+  const int64_t units = shape.num_units();
+  const int64_t requested = knobs.policy.resident_units;
+  if (requested >= 0) return std::min(requested, units);
+  if (!job.cuda || !job.fp32_moments) return 0;
+  // The most that fit beside the plan without kept blocks, with the kept blocks' headroom.
+  int64_t most = units;
+  if (memory_bytes > 0) {
+    PlanKnobs bare = knobs;
+    bare.policy.resident_units = 0;
+    bare.policy.kept_blocks = 0;
+    const int64_t usable = memory_bytes / 10 * 9;
+    const int64_t base = EstimateMemory(shape, job, bare).total;
+    if (base >= usable) return 0;
+    most = ResidentUnitsWithin(shape.unit_params, job.workers, job.param_bytes, usable - base);
+  }
+  // None and eighths of the most, each with the kept blocks the memory then leaves;
+  // ascending, so that ties keep fewer resident units.
+  constexpr int kParts = 8;
+  int64_t best = -1;
+  double best_s = 0.0;
+  int64_t previous = -1;
+  for (int i = 0; i <= kParts; ++i) {
+    const int64_t n = most * i / kParts;
+    if (n == previous) continue;
+    previous = n;
+    PlanKnobs k = knobs;
+    k.policy.resident_units = n;
+    if (k.policy.kept_blocks < 0) k.policy.kept_blocks = KeptBlocks(shape, job, k, memory_bytes);
+    const double s = PredictStep(shape, job, k, rates).step_seconds;
+    if (best < 0 || s < best_s - 1e-6 * best_s) {
+      best = n;
+      best_s = s;
+    }
+  }
+  return best;
+}
+
+int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes) {
+  return ResidentUnits(shape, job, knobs, memory_bytes, DefaultRates(shape, job));
+}
+
 MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
   const Sizes s = SizesOf(shape, job, k);
   const int W = std::max(1, job.workers);
@@ -508,8 +607,14 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
   const int64_t chunk_tokens = std::min(k.policy.loss_chunk_tokens, s.tokens_micro);
   m.loss_chunk = chunk_tokens * shape.vocab * 12 + shape.vocab * shape.hidden * pb;
   m.margin = job.cuda ? 2 * kGiB : 0;
-  m.total = m.slots + m.grad_buffers + m.activations + m.working + m.loss_chunk + m.margin;
+  m.resident = ResidencyOf(shape, job, k).max_bytes();
+  m.total = m.slots + m.grad_buffers + m.activations + m.working + m.loss_chunk + m.margin + m.resident;
   return m;
+}
+
+Residency ResidencyOf(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs) {
+  return PlaceResident(shape.unit_params, std::max<int64_t>(0, knobs.policy.resident_units), job.workers,
+                       job.param_bytes);
 }
 
 std::vector<StepSchedule::Event> ReplaySlotEvents(const ModelShape& shape, const JobShape& job,
@@ -550,17 +655,23 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
   for (int i = 0; i < r.size(); ++i) {
     const Op& op = r.op(i);
     if (op.resource == "step end" || op.resource == "landing") continue;
-    if (op.resource == kResCpuUpdate) continue;
+    if (op.resource == kResCpuUpdate || op.resource == kResGpuUpdate) continue;
     if (op.start >= t0 && op.start < t1) p.busy[op.resource] += op.end - op.start;
   }
-  const double update_s = static_cast<double>(shape.total_params()) / rates.adamw_params_per_s;
-  p.busy[kResCpuUpdate] = update_s;
+  const Residency residency = ResidencyOf(shape, job, knobs);
+  for (int u = 0; u < shape.num_units(); ++u) {
+    if (residency.resident(u)) p.resident_params += shape.unit_params[u];
+  }
+  const double streamed = static_cast<double>(shape.total_params() - p.resident_params);
+  const double resident_s = static_cast<double>(p.resident_params) / rates.gpu_update_params_per_s;
+  p.busy[kResCpuUpdate] = streamed / rates.adamw_params_per_s + (job.cuda ? 0.0 : resident_s);
+  if (job.cuda && p.resident_params > 0) p.busy[kResGpuUpdate] = resident_s;
   const int W = std::max(1, job.workers);
-  // Host memory: every worker's DMA reads and writes, AdamW (28 bytes a parameter with
-  // fp32 moments: p, m, v read and written, the gradient read and the streamed copy
-  // written; JobShape::update_bytes_per_param).
+  // Host memory: every worker's DMA reads and writes, AdamW of the streamed units (28
+  // bytes a parameter with fp32 moments: p, m, v read and written, the gradient read and
+  // the streamed copy written; JobShape::update_bytes_per_param).
   const double host_bytes = static_cast<double>(W) * (p.h2d_bytes + p.d2h_bytes) +
-                            job.update_bytes_per_param * static_cast<double>(shape.total_params());
+                            job.update_bytes_per_param * streamed;
   // The AdamW kernel's own traffic shows the bandwidth the host reaches at least (a
   // calibration copy counts no read-for-ownership and can read low).
   const double host_gbps =

@@ -5,7 +5,12 @@
 // landings onto the H2D, compute, D2H and collective streams, blocking where the engine
 // blocks (a fetch waits for the unit's update of the previous step); the update thread
 // running AdamW earliest deadline first, after the last landing (clipping) or as each
-// unit lands (no clipping). Three steps are replayed and the last one is measured: its
+// unit lands (no clipping). Units resident on a GPU (policy.resident_units,
+// runtime/plan/residency.h) are neither uploaded nor landed: with several workers the
+// owner broadcasts their parameters and the others reduce their gradient to it over the
+// collective stream; their update runs on the owner's GPU update stream, launched by the
+// update thread ahead of the streamed units' CPU updates, and the next forward waits only
+// for it. Three steps are replayed and the last one is measured: its
 // duration, each resource's busy time, the critical path (walked back through the
 // dependency that started each operation), the bottleneck (the resource with most time
 // on that path), the GPU's idle time by cause, and the plan's GPU memory.
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "runtime/model/model_config.h"
+#include "runtime/plan/residency.h"
 #include "runtime/plan/step_schedule.h"
 #include "runtime/train_config.h"
 
@@ -29,6 +35,9 @@ inline constexpr const char* kResH2d = "h2d";
 inline constexpr const char* kResD2h = "d2h";
 inline constexpr const char* kResCollective = "collective";
 inline constexpr const char* kResCpuUpdate = "cpu_update";
+// The update stream of the GPU that owns resident units (their AdamW); on the cpu device
+// resident updates run on the update thread (kResCpuUpdate).
+inline constexpr const char* kResGpuUpdate = "gpu_update";
 inline constexpr const char* kResHostMemory = "host_memory";
 
 struct ModelShape {
@@ -61,6 +70,9 @@ struct JobShape {
   // (gradient in, parameter out) read and written, 12, and m and v as
   // optimizer.state_dtype stores them, read and written: 28 (fp32), 20 (bf16), ~16 (int8).
   double update_bytes_per_param = 28.0;
+  // optimizer.state_dtype is fp32: units may be resident on a GPU (policy.resident_units
+  // needs it).
+  bool fp32_moments = true;
 };
 
 // The knobs a plan sets.
@@ -86,10 +98,15 @@ struct Rates {
   double launch_s = 0.0;           // per micro-batch per unit pass: launches, small kernels
   double adamw_params_per_s = 3.6e9;  // CPU AdamW on the update thread, all its threads
   double host_memory_gbps = 150.0;    // read + write bytes per second
+  // AdamW of resident units on their GPU's update stream, parameters per second: a fused
+  // kernel moving ~30 bytes a parameter (fp32 master, m, v read and written, the fp32
+  // gradient read, the compute copy written) at HBM bandwidth. On the cpu device the
+  // CPU AdamW rate.
+  double gpu_update_params_per_s = 1.2e11;
 };
 
 // Rates without measurements: the H200 host's (../GPU_HOST.md, tests/bench/RESULTS.md)
-// for cuda, with GPU times scaled from the qwen2.5-3b trace by FLOPs per token; rough
+// for cuda (the GPU update: 30 bytes a parameter at about 3.6 TB/s of the H200's HBM), with GPU times scaled from the qwen2.5-3b trace by FLOPs per token; rough
 // figures for the CPU device. Calibration replaces them at job start.
 Rates DefaultRates(const ModelShape& shape, const JobShape& job);
 
@@ -116,7 +133,25 @@ int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanK
 // policy.kept_blocks when >= 0 (at most the layers). For -1 (auto): none on the cpu
 // device (its activations are host memory); on cuda the most whose EstimateMemory fits
 // in 90% of `memory_bytes`, all of them when `memory_bytes` is 0 (no limit known).
+// EstimateMemory counts the resident units of knobs.policy.resident_units, so kept
+// blocks get what they leave (-1 counts as none: resolve it first, ResidentUnits).
 int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes);
+
+// The number of units resident on a GPU for `knobs` (the first ones, forward order;
+// runtime/plan/residency.h places them): policy.resident_units when >= 0 (at most the
+// units). For -1 (auto): none on the cpu device and without fp32 moments; on cuda the
+// count with the least predicted step time (PredictStep with `rates`) among none and
+// eighths of the most that fit: whose resident bytes (on the rank holding most) and the
+// EstimateMemory of the plan with no kept blocks fit in 90% of `memory_bytes` (all
+// units when `memory_bytes` is 0, no limit known). Kept blocks and resident units
+// compete for the same memory: with policy.kept_blocks -1 each count is predicted with
+// the kept blocks KeptBlocks leaves it, so the pair is chosen jointly; ties go to fewer
+// resident units. The engine resolves the kept blocks after this, with the count
+// returned, and gets the same pair.
+int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes,
+                      const Rates& rates);
+// As above with DefaultRates(shape, job).
+int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes);
 
 // Predicted GPU memory of a plan on one worker, in bytes.
 struct MemoryEstimate {
@@ -127,6 +162,7 @@ struct MemoryEstimate {
   int64_t working = 0;       // one micro-batch through one block, hidden states, their grads
   int64_t loss_chunk = 0;    // logits of one loss chunk, the LM head's gradient
   int64_t margin = 0;        // CUDA context, allocator
+  int64_t resident = 0;      // resident units' state on the rank holding most (ResidentBytesPerParam each)
   int64_t total = 0;
 };
 
@@ -150,16 +186,27 @@ struct StepPrediction {
   std::vector<PathSegment> critical_path;  // consecutive segments of one resource merged
   int64_t h2d_bytes = 0;       // per worker and step
   int64_t d2h_bytes = 0;
+  int64_t resident_params = 0; // parameters updated on a GPU (resident units); the CPU
+                               // update thread updates the others
   MemoryEstimate memory;
 };
 
 // Predicts the step of `knobs` for `job` on `shape` with `rates`. policy.kept_blocks -1
 // counts as KeptBlocks(..., 0) (the engine resolves it against the GPU's memory; the
-// trainer and the policy pass the count it runs with).
+// trainer and the policy pass the count it runs with). policy.resident_units -1 counts
+// as none, not as ResidentUnits(..., 0): resolving it predicts steps itself, and with
+// no memory limit it would make every unit resident, far from what a GPU holds; the
+// trainer (PlanManager::SetResidentUnits) and the policy pass the count the engine
+// runs with.
 StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs,
                            const Rates& rates);
 
+// policy.resident_units -1 counts as none here too.
 MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
+
+// The resident units of `knobs` (policy.resident_units; -1 counts as none) placed on
+// the job's workers (runtime/plan/residency.h's PlaceResident).
+Residency ResidencyOf(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
 
 // The slot events (fetch, take, release of the StepSchedule's items) of one replayed
 // step, in the order the replay issues them: the engine's worker issues

@@ -138,5 +138,29 @@ TEST(FormatTest, PlanShowsPredictedMeasuredResourcesAndCandidates) {
   EXPECT_NE(json.find("\"bottleneck\":\"cpu_update\""), std::string::npos) << json;
 }
 
+// Issue 21: the units whose training state lives on a GPU, out of the model's, and the
+// bytes they take on the GPU holding most; nothing when none is resident.
+TEST(FormatTest, PlanShowsResidentUnits) {
+  EXPECT_EQ(FormatPlan(SamplePlan()).find("resident"), std::string::npos);
+  v1::Plan plan = SamplePlan();
+  v1::PlanKnobs* k = plan.mutable_knobs();
+  k->set_resident_units(10);
+  k->set_units(38);
+  k->set_resident_bytes(int64_t{20} * 1000 * 1000 * 1000);
+  *plan.mutable_candidates(0)->mutable_knobs() = *k;
+  const std::string text = FormatPlan(plan);
+  EXPECT_NE(text.find("loss chunk 1024, 12 of 36 blocks kept, 10 of 38 units resident (20.0 GB on a GPU)\n"),
+            std::string::npos)
+      << text;
+  auto count = [](const std::string& text, const std::string& part) {
+    int n = 0;
+    for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(text, "10 of 38 units resident (20.0 GB on a GPU)"), 2) << "the plan and its candidate\n" << text;
+  k->set_resident_units(0);
+  EXPECT_EQ(count(FormatPlan(plan), "units resident"), 1) << "the candidate's only";
+}
+
 }  // namespace
 }  // namespace slidedp::client

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace slidedp {
 namespace {
 
@@ -63,6 +65,8 @@ void ExpectSameConfig(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.policy.activations, b.policy.activations);
   EXPECT_EQ(a.policy.loss_chunk_tokens, b.policy.loss_chunk_tokens);
   EXPECT_EQ(a.policy.mlp_tile_tokens, b.policy.mlp_tile_tokens);
+  EXPECT_EQ(a.policy.kept_blocks, b.policy.kept_blocks);
+  EXPECT_EQ(a.policy.resident_units, b.policy.resident_units);
   EXPECT_EQ(a.policy.update_threads, b.policy.update_threads);
   EXPECT_EQ(a.log_every, b.log_every);
 }
@@ -105,6 +109,8 @@ policy:
   activations: host
   loss_chunk_tokens: 512
   mlp_tile_tokens: 2048
+  kept_blocks: 4
+  resident_units: 3
   update_threads: 6
 log_every: 10
 )";
@@ -145,6 +151,8 @@ TEST(TrainConfigTest, ParsesFullYaml) {
   EXPECT_EQ(c->policy.activations, ActivationPlacement::kHost);
   EXPECT_EQ(c->policy.loss_chunk_tokens, 512);
   EXPECT_EQ(c->policy.mlp_tile_tokens, 2048);
+  EXPECT_EQ(c->policy.kept_blocks, 4);
+  EXPECT_EQ(c->policy.resident_units, 3);
   EXPECT_EQ(c->policy.update_threads, 6);
   EXPECT_EQ(c->log_every, 10);
   EXPECT_EQ(c->tokens_per_step(), 2 * 8 * 4 * 2048);
@@ -375,6 +383,7 @@ TEST(TrainConfigErrorTest, EveryValidationRuleNamesItsField) {
       {"policy: {loss_chunk_tokens: 0}", "policy.loss_chunk_tokens"},
       {"policy: {mlp_tile_tokens: -1}", "policy.mlp_tile_tokens"},
       {"policy: {kept_blocks: -2}", "policy.kept_blocks"},
+      {"policy: {resident_units: -2}", "policy.resident_units"},
       {"policy: {update_threads: -1}", "policy.update_threads"},
       {"log_every: 0", "log_every"},
       {"data: {format: tokens, path: /t, tokenizer: /tok.json}", "data.tokenizer"},
@@ -405,6 +414,24 @@ TEST(TrainConfigErrorTest, StateDtypeIsCheckedWithItsBlocks) {
     ASSERT_TRUE(c.ok()) << c.status();
   }
   EXPECT_EQ(TrainConfig().optimizer.state_dtype, MomentDtype::kFp32);
+}
+
+// Issue 21: units resident on a GPU keep fp32 moments; auto (-1) and none (0) go with any.
+TEST(TrainConfigErrorTest, ResidentUnitsNeedFp32Moments) {
+  for (const char* dtype : {"int8", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const std::string error =
+        ErrorOf(absl::StrCat("optimizer: {state_dtype: ", dtype, "}\npolicy: {resident_units: 2}\n"));
+    EXPECT_CONTAINS(error, "field 'policy.resident_units'");
+    EXPECT_CONTAINS(error, "fp32 moments, got 2");
+  }
+  for (const char* ok : {"optimizer: {state_dtype: int8}\npolicy: {resident_units: -1}\n",
+                         "optimizer: {state_dtype: int8}\npolicy: {resident_units: 0}\n",
+                         "optimizer: {state_dtype: fp32}\npolicy: {resident_units: 2}\n"}) {
+    absl::StatusOr<TrainConfig> c = ParseTrainConfig(ok, "job.yaml");
+    ASSERT_TRUE(c.ok()) << ok << c.status();
+  }
+  EXPECT_EQ(TrainConfig().policy.resident_units, -1);
 }
 
 TEST(TrainConfigErrorTest, ValidateNamesTheField) {

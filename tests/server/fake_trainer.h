@@ -135,6 +135,9 @@ class FakeTrainer final : public Trainer {
     r.knobs.policy = config_.policy;
     r.knobs.policy.kept_blocks = 1;
     r.blocks = 2;
+    r.knobs.policy.resident_units = 1;
+    r.units = 4;
+    r.prediction.memory.resident = 1 << 20;
     r.prediction.step_seconds = 0.002;
     r.prediction.bottleneck = "gpu";
     r.prediction.busy = {{"gpu", 0.0015}, {"h2d", 0.0005}, {"cpu_update", 0.001}};

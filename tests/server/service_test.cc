@@ -477,6 +477,9 @@ TEST_F(ServiceTest, GetPlanShowsPredictedAgainstMeasured) {
   EXPECT_EQ(plan.knobs().micro_batch_size(), TrainConfig().micro_batch_size);
   EXPECT_EQ(plan.knobs().kept_blocks(), 1);
   EXPECT_EQ(plan.knobs().blocks(), 2);
+  EXPECT_EQ(plan.knobs().resident_units(), 1);
+  EXPECT_EQ(plan.knobs().units(), 4);
+  EXPECT_EQ(plan.knobs().resident_bytes(), 1 << 20);
   EXPECT_EQ(plan.busy_size(), 3);
   EXPECT_EQ(plan.critical_path_size(), 2);
   EXPECT_EQ(plan.memory().total_bytes(), 3 << 20);
@@ -486,6 +489,9 @@ TEST_F(ServiceTest, GetPlanShowsPredictedAgainstMeasured) {
   request.set_include_candidates(true);
   ASSERT_TRUE(stub_->GetPlan(Context().get(), request, &plan).ok());
   ASSERT_EQ(plan.candidates_size(), 2);
+  EXPECT_EQ(plan.candidates(1).knobs().resident_units(), 1);
+  EXPECT_EQ(plan.candidates(1).knobs().units(), 4);
+  EXPECT_EQ(plan.candidates(1).knobs().resident_bytes(), 1 << 20);
   EXPECT_TRUE(plan.candidates(0).chosen());
   EXPECT_FALSE(plan.candidates(1).chosen());
   control_->Allow(INT64_MAX);

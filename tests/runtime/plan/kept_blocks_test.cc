@@ -186,12 +186,25 @@ TEST(KeptBlocks, TheWorkerResolvesAutoAgainstTheDevicesMemory) {
   const ModelConfig m = *PresetConfig("qwen2.5-3b");
   const ActivationPlan plan = ChooseActivations(c, m, 2, kH200);
   EXPECT_FALSE(plan.offload_inputs);
-  // The same count the model gives for the device's memory less the 1 GiB reserve.
-  EXPECT_EQ(plan.kept_blocks, KeptBlocks(ShapeOf(m), Job(16), Knobs(4, 4, -1), MemoryBudget(0, kH200)));
+  // The same count the model gives for the device's memory less the 1 GiB reserve, beside
+  // the resident units chosen with it (resident_units_test.cc).
+  auto with_resident = [](int64_t resident) {
+    PlanKnobs k = Knobs(4, 4, -1);
+    k.policy.resident_units = resident;
+    return k;
+  };
+  EXPECT_EQ(plan.kept_blocks,
+            KeptBlocks(ShapeOf(m), Job(16), with_resident(plan.resident_units), MemoryBudget(0, kH200)));
   // Another process holding half the GPU leaves fewer (what this process can allocate).
   const ActivationPlan shared = ChooseActivations(c, m, 2, kH200, kH200 / 2);
-  EXPECT_EQ(shared.kept_blocks, KeptBlocks(ShapeOf(m), Job(16), Knobs(4, 4, -1), MemoryBudget(0, kH200 / 2)));
+  EXPECT_EQ(shared.kept_blocks,
+            KeptBlocks(ShapeOf(m), Job(16), with_resident(shared.resident_units), MemoryBudget(0, kH200 / 2)));
   EXPECT_LT(shared.kept_blocks, plan.kept_blocks);
+  // With no resident units the count is the model's for the memory alone.
+  c.policy.resident_units = 0;
+  EXPECT_EQ(ChooseActivations(c, m, 2, kH200).kept_blocks,
+            KeptBlocks(ShapeOf(m), Job(16), Knobs(4, 4, -1), MemoryBudget(0, kH200)));
+  c.policy.resident_units = -1;
   // A budget caps it; the job's count wins; the CPU device keeps none by itself.
   c.policy.gpu_memory_budget_bytes = 48 * kGiB;
   EXPECT_LT(ChooseActivations(c, m, 2, kH200).kept_blocks, plan.kept_blocks);

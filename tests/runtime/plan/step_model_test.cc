@@ -57,6 +57,9 @@ PlanKnobs Knobs(int64_t mbs, int64_t accum, int depth = 2) {
   // Every block recomputes in backward, as the engine did in the H200 runs these tests
   // were fitted to (kept blocks, issue 20 part 2, have tests of their own below).
   k.policy.kept_blocks = 0;
+  // Every unit streamed, as in those runs (resident units, issue 21, have tests of their
+  // own in resident_units_test.cc).
+  k.policy.resident_units = 0;
   return k;
 }
 

@@ -162,15 +162,21 @@ TEST(StepSchedule, TheStepModelReplaysItForLargeShapes) {
     const ModelShape shape = ShapeOf(*PresetConfig(preset));
     for (int depth : {1, 2, 3, 5}) {
       for (bool host : {false, true}) {
-        JobShape job;
-        job.sequences = 4;
-        job.seq_len = 4096;
-        PlanKnobs k;
-        k.grad_accum = 4;
-        k.policy.prefetch_depth = depth;
-        k.policy.activations = host ? ActivationPlacement::kHost : ActivationPlacement::kDevice;
-        const StepSchedule s(shape.num_units(), shape.tied, depth);
-        EXPECT_EQ(ReplaySlotEvents(shape, job, k), s.Events(s.size())) << preset << " depth " << depth;
+        // Resident units keep their items (their slots receive the broadcast with
+        // several workers; on one GPU their fetch is a wait for their GPU update).
+        for (int64_t resident : {0, 5}) {
+          JobShape job;
+          job.sequences = 4;
+          job.seq_len = 4096;
+          PlanKnobs k;
+          k.grad_accum = 4;
+          k.policy.prefetch_depth = depth;
+          k.policy.activations = host ? ActivationPlacement::kHost : ActivationPlacement::kDevice;
+          k.policy.resident_units = resident;
+          const StepSchedule s(shape.num_units(), shape.tied, depth);
+          EXPECT_EQ(ReplaySlotEvents(shape, job, k), s.Events(s.size()))
+              << preset << " depth " << depth << ", " << resident << " resident";
+        }
       }
     }
   }
