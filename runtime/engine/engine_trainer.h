@@ -42,7 +42,8 @@ class EngineTrainer final : public Trainer {
                 std::unique_ptr<HostState> state, std::unique_ptr<Dataset> data, EvalOptions eval,
                 PlanManager plan, std::shared_ptr<const StopToken> stop)
       : requested_(config), config_(effective), model_(model), state_(std::move(state)), data_(std::move(data)),
-        eval_(std::move(eval)), plan_(std::move(plan)), stop_(std::move(stop)), probe_(config.policy.auto_plan || config.policy.kept_blocks < 0) {
+        eval_(std::move(eval)), plan_(std::move(plan)), stop_(std::move(stop)), probe_(config.policy.auto_plan || config.policy.kept_blocks < 0 ||
+                                                       config.policy.resident_units < 0) {
     if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
   }
 
@@ -96,6 +97,9 @@ class EngineTrainer final : public Trainer {
 
  private:
   absl::StatusOr<StepStats> RunStep();
+  // config_'s resident units and kept blocks left to auto (-1): resolved together as the
+  // plan does (activation_policy.h) against the GPUs' memory now; none on the CPU device.
+  void ResolveAutoCounts(const std::vector<at::Device>& devices);
   // The units resident on a GPU for config_'s knobs (none: resident_ stays null);
   // before the workers, which read and land through them (RouteShared::resident).
   absl::Status BuildResident(const std::vector<at::Device>& devices);

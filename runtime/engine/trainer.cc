@@ -34,6 +34,7 @@
 #include "runtime/model/hf_checkpoint.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/plan/job_knobs.h"
+#include "runtime/plan/activation_policy.h"
 #include "runtime/plan/plan_manager.h"
 #include "runtime/plan/residency.h"
 #include "runtime/state/checkpoint.h"
@@ -84,9 +85,6 @@ absl::Status EngineTrainer::Init() {
   absl::Status built = BuildWorkers();
   // With policy.auto a plan whose buffers do not fit shrinks before the first step.
   if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) built = ShrinkUntilBuilt(built, 0);
-  // The kept blocks the workers resolved against the device (policy.kept_blocks -1 and
-  // policy.auto off), so that the prediction and the plan show what runs.
-  if (built.ok() && !workers_.empty()) plan_.SetKeptBlocks(workers_[0]->kept_blocks());
   return built;
 }
 
@@ -113,8 +111,10 @@ absl::Status EngineTrainer::BuildWorkers() {
   for (int w = 0; w < W; ++w) {
     devices.push_back(cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(w)) : at::Device(at::kCPU));
   }
-  // The resident units first, so that the workers' buffers and kept blocks see the
-  // memory they leave.
+  // Counts left to auto are resolved once, together, against what the GPUs can still
+  // allocate before anything of this plan is; then the resident units, so that the
+  // workers' buffers come after them.
+  ResolveAutoCounts(devices);
   if (absl::Status s = BuildResident(devices); !s.ok()) return s;
   for (int w = 0; w < W; ++w) {
     const at::Device& device = devices[w];
@@ -126,13 +126,35 @@ absl::Status EngineTrainer::BuildWorkers() {
     }
     workers_.push_back(std::move(*worker));
   }
+  // The counts the engine resolved against the devices (left to auto, policy.auto
+  // off), so that the prediction and the plan show what runs.
+  plan_.SetResidentUnits(resident_ != nullptr ? resident_->placement().units : 0);
+  plan_.SetKeptBlocks(workers_[0]->kept_blocks());
   return absl::OkStatus();
+}
+
+void EngineTrainer::ResolveAutoCounts(const std::vector<at::Device>& devices) {
+  if (config_.policy.resident_units >= 0 && config_.policy.kept_blocks >= 0) return;
+  // The GPU that can allocate least (the workers' devices are alike).
+  int64_t total = 0, available = 0;
+  for (const at::Device& d : devices) {
+    if (!d.is_cuda()) break;
+    absl::StatusOr<std::unique_ptr<DeviceStreams>> s = DeviceStreams::Create(d, /*timing=*/false);
+    if (!s.ok()) break;
+    const int64_t t = (*s)->MemoryTotal(), a = (*s)->MemoryAvailable();
+    total = total == 0 ? t : std::min(total, t);
+    available = available == 0 ? a : std::min(available, a);
+  }
+  const ActivationPlan plan =
+      ChooseActivations(config_, state_->config(), static_cast<int64_t>(at::elementSize(state_->compute_dtype())),
+                        total, available);
+  if (config_.policy.resident_units < 0) config_.policy.resident_units = plan.resident_units;
+  if (config_.policy.kept_blocks < 0) config_.policy.kept_blocks = plan.kept_blocks;
 }
 
 absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices) {
   std::vector<int64_t> unit_params;
   for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
-  // -1 (auto) is resolved by the plan before the workers are built.
   const int64_t n = std::max<int64_t>(config_.policy.resident_units, 0);
   const int compute_bytes = static_cast<int>(at::elementSize(state_->compute_dtype()));
   const Residency placement = PlaceResident(unit_params, n, config_.workers, compute_bytes);

@@ -60,8 +60,9 @@ absl::Status EngineTrainer::RecoverFromOutOfMemory(absl::Status error) {
 
 bool EngineTrainer::CanShrinkAfterOutOfMemory() const {
   if (requested_.policy.auto_plan) return true;
-  return requested_.policy.kept_blocks < 0 && plan_.knobs().policy.kept_blocks > 0 &&
-         (config_.optimizer.max_grad_norm > 0 || probe_);
+  const bool auto_kept = requested_.policy.kept_blocks < 0 && plan_.knobs().policy.kept_blocks > 0;
+  const bool auto_resident = requested_.policy.resident_units < 0 && plan_.knobs().policy.resident_units > 0;
+  return (auto_kept || auto_resident) && (config_.optimizer.max_grad_norm > 0 || probe_);
 }
 
 absl::Status EngineTrainer::ShrinkUntilBuilt(absl::Status error, int64_t step) {
