@@ -101,10 +101,11 @@ constexpr bool DeviceReducesGradient(GradRoute route, int world) {
 }
 
 // Whether gradients land in bf16 in the streamed copy: asked for, or kAuto on cuda with
-// a route whose devices reduce. (Trainer::Create refuses bf16 where it cannot be.)
-constexpr bool LandsInBf16(GradLanding landing, GradRoute route, bool cuda, int world) {
+// a route whose devices reduce, on one host (several sum fp32 gradients between them).
+// (Trainer::Create refuses bf16 where it cannot be.)
+constexpr bool LandsInBf16(GradLanding landing, GradRoute route, bool cuda, int world, int hosts = 1) {
   return landing == GradLanding::kBf16 ||
-         (landing == GradLanding::kAuto && cuda && DeviceReducesGradient(route, world));
+         (landing == GradLanding::kAuto && cuda && DeviceReducesGradient(route, world) && hosts == 1);
 }
 
 }  // namespace slidedp

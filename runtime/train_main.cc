@@ -30,6 +30,14 @@ ABSL_FLAG(std::string, trace, "",
           "unit and of the CPU updates, for the first 8 steps, to this file; overrides the "
           "config's trace_file.");
 
+// Several hosts, named as torchrun names them; each overrides the config's hosts section.
+ABSL_FLAG(int, nnodes, 0,
+          "Hosts of the job (hosts.count): run the same CONFIG on each, with its own --node_rank. 0: as the "
+          "config says.");
+ABSL_FLAG(int, node_rank, -1, "This host's rank among --nnodes (hosts.rank); host 0 serves the rendezvous.");
+ABSL_FLAG(std::string, master_addr, "", "Host 0's address, the rendezvous (hosts.address).");
+ABSL_FLAG(int, master_port, 0, "Host 0's rendezvous port (hosts.port; default 29500).");
+
 namespace slidedp {
 namespace {
 
@@ -52,6 +60,12 @@ and one after each held-out evaluation (with eval data):
   eval after step N | eval_loss L | K tokens | S s
 and at the end, when output_dir is set, writes the trained weights there as a
 Hugging Face model directory.
+
+One job over several hosts (the config's hosts section, or torchrun's flags): run
+the same CONFIG on every host with --nnodes=N --node_rank=R --master_addr=HOST0
+[--master_port=29500]. Each host trains on its rows of every batch with its own GPUs
+and holds 1/N of the optimizer state; host 0 writes the export; checkpoints go to
+checkpoint_dir/host-R-of-N on each host, and resume_from names checkpoint_dir.
 
 Exit status: 0 done; 2 not exactly one CONFIG, or a bad config; 1 anything else
 (the job failed, an unknown flag, --help).)";
@@ -91,10 +105,11 @@ void PrintJob(const Trainer& trainer) {
   const ModelConfig& m = trainer.model_config();
   std::printf(
       "slidedp-train: model %s (%s, %lld layers, %.1fM parameters) | %s x%d | %s | "
-      "%lld tokens/step | %lld steps\n",
+      "%lld tokens/step%s | %lld steps\n",
       c.model.c_str(), std::string(FamilyName(m.family)).c_str(),
       static_cast<long long>(m.num_layers), trainer.num_parameters() / 1e6, NameOf(c.device),
-      c.workers, NameOf(c.compute_dtype), static_cast<long long>(c.tokens_per_step()),
+      c.workers, NameOf(c.compute_dtype), static_cast<long long>(c.tokens_per_step() * c.hosts.count),
+      c.hosts.count > 1 ? absl::StrFormat(" | host %d of %d", c.hosts.rank, c.hosts.count).c_str() : "",
       static_cast<long long>(c.steps));
   std::fflush(stdout);
 }
@@ -124,7 +139,11 @@ int Train(const TrainConfig& config) {
   if (!config.output_dir.empty()) {
     if (absl::Status s = trainer.ExportHf(config.output_dir); !s.ok())
       return Fail(s, "export failed");
-    std::printf("slidedp-train: exported the trained model to %s\n", config.output_dir.c_str());
+    if (config.hosts.rank == 0) {
+      std::printf("slidedp-train: exported the trained model to %s\n", config.output_dir.c_str());
+    } else {
+      std::printf("slidedp-train: sent this host's shards to host 0, which writes the export\n");
+    }
   }
   std::printf("slidedp-train: done, %lld steps\n",
               static_cast<long long>(trainer.completed_steps()));
@@ -148,6 +167,14 @@ int Main(int argc, char** argv) {
     return kExitBadConfig;
   }
   if (!absl::GetFlag(FLAGS_trace).empty()) config->trace_file = absl::GetFlag(FLAGS_trace);
+  if (absl::GetFlag(FLAGS_nnodes) > 0) config->hosts.count = absl::GetFlag(FLAGS_nnodes);
+  if (absl::GetFlag(FLAGS_node_rank) >= 0) config->hosts.rank = absl::GetFlag(FLAGS_node_rank);
+  if (!absl::GetFlag(FLAGS_master_addr).empty()) config->hosts.address = absl::GetFlag(FLAGS_master_addr);
+  if (absl::GetFlag(FLAGS_master_port) > 0) config->hosts.port = absl::GetFlag(FLAGS_master_port);
+  if (absl::Status s = ValidateTrainConfig(*config); !s.ok()) {
+    std::fprintf(stderr, "slidedp-train: bad config: %s\n", std::string(s.message()).c_str());
+    return kExitBadConfig;
+  }
   if (absl::GetFlag(FLAGS_dry_run)) {
     std::printf("%s\n", TrainConfigToJson(*config).c_str());
     return 0;

@@ -202,14 +202,17 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
   // The compute dtype's bytes, as Trainer::Create picks it.
   const double dt = cuda || config.compute_dtype == ComputeDtype::kBf16 ? 2 : 4;
   const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
-  const bool bf16_landing = LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers);
+  const bool bf16_landing =
+      LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers, config.hosts.count);
 
   HostMemoryNeed n;
   n.parameters = u.total;
   // fp32 master, m and v as optimizer.state_dtype stores them, the streamed copy, and
   // the fp32 landing buffer unless gradients land in the copy.
   const MomentDtype moments = config.optimizer.state_dtype;
-  n.state_bytes_per_param = 4 + MomentBytesPerParam(moments) + dt + (bf16_landing ? 0 : 4);
+  // Over several hosts each holds 1/count of the master, m and v.
+  n.state_bytes_per_param =
+      (4 + MomentBytesPerParam(moments)) / static_cast<double>(config.hosts.count) + dt + (bf16_landing ? 0 : 4);
   n.host_state = u.total * n.state_bytes_per_param;
   // gather_host with several workers: one fp32 landing buffer per rank, pinned on cuda.
   if (!device_reduces && W > 1) n.transfer = W * u.max_unit * 4;

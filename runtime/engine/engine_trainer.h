@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/data/dataset.h"
 #include "runtime/engine/exception_status.h"
+#include "runtime/engine/host_group.h"
 #include "runtime/engine/resident_state.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/step_trace.h"
@@ -47,6 +48,14 @@ class EngineTrainer final : public Trainer {
     if (eval_.dataset != nullptr) eval_start_ = eval_.dataset->Cursor();
   }
 
+  // Several hosts (issue 24): the groups this trainer talks to the other hosts through
+  // (host_group.h), one per thread: the trainer's (losses, the digest, export,
+  // checkpoints), the landings' reduction and the updates' gather. Before Init.
+  struct HostLinks {
+    std::unique_ptr<HostGroup> trainer, link, update;
+  };
+  void SetHosts(HostLinks hosts) { hosts_ = std::move(hosts); }
+
   // Allocates the update pipeline and the workers.
   absl::Status Init();
 
@@ -55,7 +64,7 @@ class EngineTrainer final : public Trainer {
   absl::Status BuildWorkers();
   ~EngineTrainer() override {
     workers_.clear();
-    pipeline_.reset();  // its last updates may still use resident_
+    pipeline_.reset();  // its last updates may still use resident_ and the host groups
     resident_.reset();
   }
 
@@ -79,17 +88,22 @@ class EngineTrainer final : public Trainer {
   int64_t num_parameters() const override { return state_->layout().total_numel; }
   std::string WeightsDigest() override {
     SyncHost().IgnoreError();  // a failed update leaves the host as it was: its digest
-    return state_->MasterDigest();
+    if (hosts_.trainer == nullptr) return state_->MasterDigest();
+    absl::StatusOr<std::vector<at::Tensor>> whole = WholeMasters();
+    return whole.ok() ? MasterDigestOf(*whole) : std::string(whole.status().message());
   }
   absl::StatusOr<std::string> SaveCheckpoint() override {
     if (absl::Status s = CheckWholeState("checkpoint"); !s.ok()) return s;
     return GuardExceptions("writing a checkpoint", [&] { return WriteCheckpointNow(); });
   }
   int64_t tokens_seen() const override { return tokens_seen_; }
+  int64_t host_state_bytes() const override { return state_->bytes(); }
   ResumeReport resumed() const override { return resumed_; }
   // Continues from resume_from `from`, a checkpoint file or a directory whose newest
   // checkpoint that verifies is taken (right after construction, before any step).
   absl::Status Restore(const std::string& from);
+  // Restore from `from`, a checkpoint file or a folder of this host's checkpoints.
+  absl::Status RestoreHere(const std::string& from);
   absl::Status ExportHf(const std::string& dir) override {
     if (absl::Status s = CheckWholeState("export"); !s.ok()) return s;
     return GuardExceptions("exporting the weights", [&] { return WriteHf(dir); });
@@ -109,6 +123,16 @@ class EngineTrainer final : public Trainer {
   // Drains the updates and brings the resident units' state to the host state, for
   // checkpoints, export and the digest; the error of a failed update.
   absl::Status SyncHost();
+  // Several hosts: every unit's whole fp32 master, each host's shard gathered (the
+  // trainer's group; every host calls it).
+  absl::StatusOr<std::vector<at::Tensor>> WholeMasters();
+  // Several hosts: every unit's streamed copy whole again after each host rewrote its
+  // shard from the master (a restore).
+  absl::Status GatherParams();
+  // Several hosts: the sum of `value` over them (the trainer's group); itself on one.
+  absl::StatusOr<double> SumOverHosts(double value);
+  // This host's checkpoints: the job's checkpoint folder, or its host-R-of-H folder.
+  std::string HostCheckpointDir(const std::string& dir) const;
   absl::StatusOr<std::string> WriteCheckpointNow();
   absl::Status WriteHf(const std::string& dir);
   absl::Status ChangePlan(const PlanKnobs& knobs);  // trainer_plan.cc
@@ -166,6 +190,7 @@ class EngineTrainer final : public Trainer {
   std::unique_ptr<UpdatePipeline> pipeline_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<ResidentState> resident_;  // null: every unit streams
+  HostLinks hosts_;                          // null groups: one host
   PlanManager plan_;
   const std::shared_ptr<const StopToken> stop_;  // may be null
   bool partial_state_ = false;  // a stopped step applied some of its updates: no checkpoint

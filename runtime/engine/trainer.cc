@@ -82,6 +82,7 @@ absl::Status EngineTrainer::Init() {
   if (!config_.trace_file.empty()) trace_ = std::make_unique<StepTrace>();
   pipeline_ = std::make_unique<UpdatePipeline>(state_.get(), config_);
   pipeline_->set_trace(trace_.get());
+  pipeline_->set_hosts(hosts_.link.get(), hosts_.update.get());
   absl::Status built = BuildWorkers();
   // With policy.auto a plan whose buffers do not fit shrinks before the first step.
   if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) built = ShrinkUntilBuilt(built, 0);
@@ -186,17 +187,60 @@ absl::Status EngineTrainer::SyncHost() {
 absl::Status EngineTrainer::WriteHf(const std::string& dir) {
   if (absl::Status s = SyncHost(); !s.ok()) return s;
   const ModelLayout& layout = state_->layout();
+  if (hosts_.trainer == nullptr) {
+    return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
+      return state_->unit(u).master.data_ptr<float>() + layout.units[u].params[p].offset;
+    }, "F32", int64_t{4} << 30);
+  }
+  // Several hosts: host 0 writes the whole model, gathered from every host's shards.
+  absl::StatusOr<std::vector<at::Tensor>> whole = WholeMasters();
+  if (!whole.ok()) return whole.status();
+  if (hosts_.trainer->rank() != 0) return absl::OkStatus();
   return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
-    return state_->unit(u).master.data_ptr<float>() + layout.units[u].params[p].offset;
+    return (*whole)[u].data_ptr<float>() + layout.units[u].params[p].offset;
   }, "F32", int64_t{4} << 30);
+}
+
+absl::StatusOr<std::vector<at::Tensor>> EngineTrainer::WholeMasters() {
+  std::vector<at::Tensor> whole;
+  for (int u = 0; u < state_->num_units(); ++u) {
+    const int64_t sb = state_->shard_begin(u), se = state_->shard_end(u);
+    at::Tensor w = at::zeros({state_->layout().units[u].numel}, at::kFloat);
+    if (se > sb) w.narrow(0, sb, se - sb).copy_(state_->unit(u).master);
+    if (absl::Status s = hosts_.trainer->AllGather(w); !s.ok()) return s;
+    whole.push_back(std::move(w));
+  }
+  return whole;
+}
+
+absl::Status EngineTrainer::GatherParams() {
+  if (hosts_.trainer == nullptr) return absl::OkStatus();
+  for (int u = 0; u < state_->num_units(); ++u) {
+    if (absl::Status s = hosts_.trainer->AllGather(state_->unit(u).params); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> EngineTrainer::SumOverHosts(double value) {
+  if (hosts_.trainer == nullptr) return value;
+  std::vector<double> v{value};
+  if (absl::Status s = hosts_.trainer->AllReduceSum(v); !s.ok()) return s;
+  return v[0];
+}
+
+std::string EngineTrainer::HostCheckpointDir(const std::string& dir) const {
+  if (hosts_.trainer == nullptr) return dir;
+  return (std::filesystem::path(dir) / absl::StrCat("host-", hosts_.trainer->rank(), "-of-", hosts_.trainer->hosts()))
+      .string();
 }
 
 std::vector<CheckpointUnit> EngineTrainer::CheckpointUnits() {
   std::vector<CheckpointUnit> units;
   for (int u = 0; u < state_->num_units(); ++u) {
     UnitState& us = state_->unit(u);
-    units.push_back(CheckpointUnit{UnitName(u, state_->num_units()), state_->layout().units[u].numel,
-                                   us.master.data_ptr<float>(), state_->moments(u)});
+    // This host's shard of the unit (all of it on one host).
+    units.push_back(CheckpointUnit{UnitName(u, state_->num_units()), us.master.numel(), us.master.data_ptr<float>(),
+                                   state_->moments(u)});
   }
   return units;
 }
@@ -216,10 +260,43 @@ absl::StatusOr<std::string> EngineTrainer::WriteCheckpointNow() {
   meta.data_cursor = data_->Cursor();
   meta.config_json = TrainConfigToJson(requested_);
   meta.run_id = requested_.run_id;
-  return WriteCheckpoint(config_.checkpoint_dir, meta, CheckpointUnits(), config_.keep_checkpoints);
+  // Several hosts: each writes its shard in its own folder; the checkpoint counts once
+  // every host has written its part (a host that failed fails the others' too).
+  absl::StatusOr<std::string> path =
+      WriteCheckpoint(HostCheckpointDir(config_.checkpoint_dir), meta, CheckpointUnits(), config_.keep_checkpoints);
+  absl::StatusOr<double> failed = SumOverHosts(path.ok() ? 0.0 : 1.0);
+  if (!failed.ok()) return failed.status();
+  if (path.ok() && *failed > 0) {
+    return absl::UnavailableError(absl::StrCat("checkpoint of step ", step_, ": ", *failed,
+                                               " other host(s) could not write their shard"));
+  }
+  return path;
 }
 
-absl::Status EngineTrainer::Restore(const std::string& from) {
+absl::Status EngineTrainer::Restore(const std::string& job_from) {
+  if (hosts_.trainer != nullptr && !std::filesystem::is_directory(job_from)) {
+    return absl::InvalidArgumentError(absl::StrCat("resume_from: ", job_from, " is not a folder; a job over ",
+                                                   hosts_.trainer->hosts(),
+                                                   " hosts resumes from its checkpoint folder (each host its shard)"));
+  }
+  absl::Status restored = RestoreHere(HostCheckpointDir(job_from));
+  if (hosts_.trainer == nullptr) return restored;
+  // Every host must continue from the same step: sum the steps and their squares (equal
+  // only when all are equal), a failed restore counting as step -1.
+  const double mine = restored.ok() ? static_cast<double>(step_) : -1.0;
+  std::vector<double> v{mine, mine * mine};
+  if (absl::Status s = hosts_.trainer->AllReduceSum(v); !s.ok()) return s;
+  if (!restored.ok()) return restored;
+  const double H = hosts_.trainer->hosts();
+  if (v[0] != H * mine || v[1] != H * mine * mine) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resume_from: host ", hosts_.trainer->rank(), " found step ", step_,
+        " but not every host has a checkpoint of that step (or one failed to restore)"));
+  }
+  return GatherParams();
+}
+
+absl::Status EngineTrainer::RestoreHere(const std::string& from) {
   if (!std::filesystem::is_directory(from)) {
     bool corrupt = false;
     if (absl::Status s = RestoreFile(from, &corrupt); !s.ok()) return s;
@@ -321,16 +398,17 @@ absl::Status EngineTrainer::AfterStep(const StepUpdateSummary& u, StepStats& s) 
 
 absl::StatusOr<std::vector<WorkerBatch>> EngineTrainer::Split(const TokenBatch& b, int64_t* target_tokens) const {
   const int64_t mbs = config_.micro_batch_size;
-  if (b.rows != config_.global_batch_sequences() || b.seq_len != config_.seq_len) {
+  if (b.rows != config_.job_batch_sequences() || b.seq_len != config_.seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("the dataset gave a batch of ", b.rows, " x ", b.seq_len,
-                                                   " tokens for ", config_.global_batch_sequences(), " x ",
+                                                   " tokens for ", config_.job_batch_sequences(), " x ",
                                                    config_.seq_len));
   }
   if (absl::Status s = CheckBatch(b); !s.ok()) return s;
   const BatchTensors t = ToTensors(b);
-  *target_tokens = t.target_tokens;
+  *target_tokens = t.target_tokens;  // of the whole job's batch: gradients of its mean loss
   std::vector<WorkerBatch> out(config_.workers);
-  int64_t row = 0;
+  // Over several hosts each takes its own rows of the job's batch.
+  int64_t row = config_.hosts.rank * config_.global_batch_sequences();
   for (int w = 0; w < config_.workers; ++w) {
     for (int64_t k = 0; k < config_.grad_accum; ++k, row += mbs) {
       out[w].inputs.push_back(t.inputs.narrow(0, row, mbs));
@@ -370,7 +448,7 @@ absl::Status EngineTrainer::Evaluate(StepStats& s) {
   int64_t tokens = 0;
   for (int64_t b = 0; b < eval_.batches; ++b) {
     if (absl::Status st = CheckStop(stop_.get(), absl::StrCat(what, ", batch ", b + 1)); !st.ok()) return st;
-    absl::StatusOr<TokenBatch> batch = eval_.dataset->Next(config_.global_batch_sequences());
+    absl::StatusOr<TokenBatch> batch = eval_.dataset->Next(config_.job_batch_sequences());
     int64_t batch_tokens = 0;
     absl::StatusOr<std::vector<WorkerBatch>> parts =
         batch.ok() ? Split(*batch, &batch_tokens) : absl::StatusOr<std::vector<WorkerBatch>>(batch.status());
@@ -386,6 +464,9 @@ absl::Status EngineTrainer::Evaluate(StepStats& s) {
     for (const WorkerStepResult& r : *results) loss_sum += r.loss_sum;
     tokens += batch_tokens;
   }
+  absl::StatusOr<double> all = SumOverHosts(loss_sum);
+  if (!all.ok()) return all.status();
+  loss_sum = *all;
   s.eval_loss = tokens > 0 ? loss_sum / static_cast<double>(tokens) : std::nan("");
   s.eval_tokens = tokens;
   s.eval_seconds = MonotonicSeconds() - t0;
@@ -422,7 +503,7 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
   if (absl::Status st = CheckWholeState("step"); !st.ok()) return st;
   if (absl::Status st = CheckStop(stop_.get(), absl::StrCat("step ", step_ + 1)); !st.ok()) return st;
   const double t0 = MonotonicSeconds();
-  absl::StatusOr<TokenBatch> batch = data_->Next(config_.global_batch_sequences());
+  absl::StatusOr<TokenBatch> batch = data_->Next(config_.job_batch_sequences());
   if (!batch.ok()) return batch.status();
   const double lr = LearningRate(config_.optimizer, step_, config_.steps);
   int64_t tokens = 0;
@@ -439,9 +520,9 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
     return AfterStoppedStep(CheckStop(stop_.get(), absl::StrCat("step ", step_ + 1)));
   }
   if (!results.ok()) return results.status();
-  if (absl::Status st = pipeline_->status(); !st.ok()) return st;
 
   const StepUpdateSummary u = pipeline_->Summary(step_);
+  if (absl::Status st = pipeline_->status(); !st.ok()) return st;
   StepStats s;
   s.step = ++step_;
   for (const WorkerStepResult& r : *results) {
@@ -458,6 +539,12 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
     d.memory_peak_bytes = r.memory_peak_bytes;
     d.memory_total_bytes = r.memory_total_bytes;
     s.workers.push_back(d);
+  }
+  if (hosts_.trainer != nullptr) {
+    // The other hosts' parts of the mean loss.
+    absl::StatusOr<double> all = SumOverHosts(s.loss);
+    if (!all.ok()) return all.status();
+    s.loss = *all;
   }
   s.grad_norm = u.grad_norm;
   s.lr = lr;
@@ -490,6 +577,27 @@ namespace {
 
 using trainer_internal::EngineTrainer;
 
+// The groups of a job over several hosts: the rendezvous, then a channel for each thread.
+absl::StatusOr<EngineTrainer::HostLinks> ConnectHosts(const HostsConfig& h) {
+  HostGroupOptions o;
+  o.address = h.address;
+  o.port = h.port;
+  o.hosts = h.count;
+  o.rank = h.rank;
+  o.timeout_seconds = h.timeout_seconds;
+  absl::StatusOr<std::unique_ptr<HostGroup>> trainer = HostGroup::Connect(o);
+  if (!trainer.ok()) return trainer.status();
+  EngineTrainer::HostLinks links;
+  absl::StatusOr<std::unique_ptr<HostGroup>> link = (*trainer)->Channel("link");
+  if (!link.ok()) return link.status();
+  absl::StatusOr<std::unique_ptr<HostGroup>> update = (*trainer)->Channel("update");
+  if (!update.ok()) return update.status();
+  links.trainer = std::move(*trainer);
+  links.link = std::move(*link);
+  links.update = std::move(*update);
+  return links;
+}
+
 // Builds the engine for `config` (the knobs of `plan` applied to `requested`), on the
 // datasets of `inputs` where given.
 absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& requested, const TrainConfig& config,
@@ -502,7 +610,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   // Gradients land in bf16 in the streamed copy (14 bytes a parameter) unless asked
   // otherwise or unless the host must sum several workers' gradients.
   const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
-  bool bf16_landing = LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers);
+  bool bf16_landing =
+      LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers, config.hosts.count);
   if (bf16_landing && dtype != at::kBFloat16) {
     return absl::InvalidArgumentError("policy.grad_landing: bf16 needs bf16 compute (compute_dtype: bf16, or device: cuda)");
   }
@@ -512,10 +621,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
         " workers sums on the host in fp32 (use grad_route: reduce_scatter or reduce_one, or grad_landing: fp32)"));
   }
   const StopToken* stop = inputs.stop.get();
+  // Several hosts: meet the others first (a host that does not come fails the job here).
+  EngineTrainer::HostLinks hosts;
+  if (config.hosts.count > 1) {
+    absl::StatusOr<EngineTrainer::HostLinks> links = ConnectHosts(config.hosts);
+    if (!links.ok()) return links.status();
+    hosts = std::move(*links);
+  }
   MaybeInjectHostAllocationFailure();
   const MomentDtype moments = config.optimizer.state_dtype;
   auto state = std::make_unique<HostState>(*model, dtype, config.policy.chunk_elems, /*pin=*/cuda,
-                                           /*fp32_grad=*/!bf16_landing, moments);
+                                           /*fp32_grad=*/!bf16_landing, moments, config.hosts.rank,
+                                           config.hosts.count);
   if (!config.resume_from.empty()) {
     // Every buffer comes from the checkpoint below.
   } else if (from_dir) {
@@ -541,6 +658,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   plan.FixLanding(bf16_landing);
   auto trainer = std::make_unique<EngineTrainer>(requested, config, *model, std::move(state), std::move(inputs.train),
                                                  std::move(inputs.eval), std::move(plan), std::move(inputs.stop));
+  trainer->SetHosts(std::move(hosts));
   try {
     if (absl::Status s = trainer->Init(); !s.ok()) return s;
   } catch (...) {
@@ -565,9 +683,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainConfig& config
     return absl::FailedPreconditionError(absl::StrCat(
         "device: cuda with ", config.workers, " workers needs as many GPUs and a CUDA-enabled LibTorch; ",
         at::hasCUDA() ? absl::StrCat(at::getNumGPUs(), " GPUs are visible") : "this build has no CUDA"));
-  }
-  if (config.hosts.count > 1) {
-    return absl::UnimplementedError("hosts.count > 1: jobs over several hosts are not built yet (issue 24)");
   }
   bool from_dir = false;
   absl::StatusOr<ModelConfig> model = ResolveModel(config.model, &from_dir);

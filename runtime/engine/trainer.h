@@ -161,6 +161,10 @@ class Trainer {
   // Tokens with a loss in the completed steps (restored from a checkpoint).
   virtual int64_t tokens_seen() const { return 0; }
 
+  // Bytes of host memory the training state takes on this host (over several hosts its
+  // shard of the master, m and v, and the whole streamed copy and gradient).
+  virtual int64_t host_state_bytes() const { return 0; }
+
   // The plan in use, its prediction beside the last measured step, and the policy's
   // candidates (runtime/plan/plan_report.h); not available from trainers without one.
   // From the job's thread, between steps.

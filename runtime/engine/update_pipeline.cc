@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/host_group.h"
 #include "runtime/engine/resident_state.h"
 #include "runtime/engine/step_trace.h"
 #include "runtime/model/param_layout.h"
@@ -24,6 +25,7 @@ UpdatePipeline::UpdatePipeline(HostState* state, const TrainConfig& config)
 
 UpdatePipeline::~UpdatePipeline() {
   Drain();
+  link_executor_.reset();
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -45,7 +47,9 @@ void UpdatePipeline::BeginStep(int64_t step, double lr, bool hold) {
 
 double UpdatePipeline::WaitParamsReady(int u, int64_t step) {
   absl::MutexLock lock(&mu_);
-  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_[u] >= step; };
+  // A failed update (or exchange with the other hosts) lets the step run on; the
+  // trainer fails it (status()).
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_[u] >= step || !failed_.ok(); };
   if (ready()) return 0.0;
   const double t0 = MonotonicSeconds();
   mu_.Await(absl::Condition(&ready));
@@ -54,6 +58,32 @@ double UpdatePipeline::WaitParamsReady(int u, int64_t step) {
 
 void UpdatePipeline::GradLanded(int u, int64_t step, double sumsq) {
   absl::MutexLock lock(&mu_);
+  if (link_ != nullptr) {
+    // Several hosts: the unit's gradient is reduced over them first (on the link's
+    // thread, in landing order), then lands with the norm of the whole sum.
+    link_executor_->Push([this, u, step] { return ReduceOverHosts(u, step); });
+    return;
+  }
+  Landed(u, step, sumsq);
+}
+
+absl::Status UpdatePipeline::ReduceOverHosts(int u, int64_t step) {
+  at::Tensor grad = state_->unit(u).grad;
+  const int64_t sb = state_->shard_begin(u), se = state_->shard_end(u);
+  absl::Status s = link_->ReduceScatter(grad, grad.narrow(0, sb, std::max<int64_t>(se - sb, 1)));
+  std::vector<double> sumsq{se > sb ? SumSquares(grad.data_ptr<float>() + sb, se - sb, config_.policy.update_threads)
+                                    : 0.0};
+  if (s.ok()) s = link_->AllReduceSum(sumsq);
+  absl::MutexLock lock(&mu_);
+  if (!s.ok()) {
+    if (failed_.ok()) failed_ = s;
+    return s;
+  }
+  Landed(u, step, sumsq[0]);
+  return absl::OkStatus();
+}
+
+void UpdatePipeline::Landed(int u, int64_t step, double sumsq) {
   sumsq_[u] = sumsq;
   ++landed_;
   const bool finite = std::isfinite(sumsq);
@@ -114,6 +144,9 @@ void UpdatePipeline::Enqueue(const Task& t) {
 
 StepUpdateSummary UpdatePipeline::Summary(int64_t step) {
   absl::MutexLock lock(&mu_);
+  // Several hosts land through the link's thread: wait for the step's last unit.
+  auto landed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return landed_ == units_ || !failed_.ok(); };
+  if (link_ != nullptr && step_ == step) mu_.Await(absl::Condition(&landed));
   if (!clip_ && step_ == step) {
     double total = 0.0;
     for (double s : sumsq_) total += s;
@@ -126,6 +159,7 @@ StepUpdateSummary UpdatePipeline::Summary(int64_t step) {
 }
 
 void UpdatePipeline::Drain() {
+  if (link_executor_ != nullptr) link_executor_->WaitIdle().IgnoreError();  // its error is failed_
   absl::MutexLock lock(&mu_);
   auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ == 0; };
   mu_.Await(absl::Condition(&idle));
@@ -136,6 +170,12 @@ double UpdatePipeline::TakeBusySeconds() {
   const double b = busy_seconds_;
   busy_seconds_ = 0.0;
   return b;
+}
+
+void UpdatePipeline::set_hosts(HostGroup* link, HostGroup* gather) {
+  link_ = link;
+  gather_ = gather;
+  if (link != nullptr && link_executor_ == nullptr) link_executor_ = std::make_unique<SerialExecutor>(/*inline_mode=*/false);
 }
 
 absl::Status UpdatePipeline::status() {
@@ -170,6 +210,9 @@ void UpdatePipeline::Loop() {
       auto next = std::min_element(queue_.begin(), queue_.end(), [](const Task& a, const Task& b) {
         return a.step != b.step ? a.step < b.step : a.unit < b.unit;
       });
+      // Several hosts meet in every update's gather: the same order on each, the
+      // landing order (the same everywhere), not the order of whatever is queued.
+      if (gather_ != nullptr) next = queue_.begin();
       t = *next;
       queue_.erase(next);
     }
@@ -183,6 +226,8 @@ void UpdatePipeline::Loop() {
         failed = absl::InternalError(absl::StrCat("the update of ", UnitName(t.unit, units_), " in step ", t.step + 1,
                                                   " failed: ", e.what()));
       }
+      // Several hosts: each updated its shard of the streamed copy; the others' come now.
+      if (failed.ok() && gather_ != nullptr) failed = gather_->AllGather(state_->unit(t.unit).params);
     } else if (!state_->fp32_grad() && !on_gpu) {
       // The streamed copy holds the discarded gradient: restore the weights.
       state_->RefreshParams(t.unit, 0, state_->layout().units[t.unit].numel);
@@ -229,34 +274,44 @@ void UpdatePipeline::Apply(const Task& t) {
   const float* g = fp32_grad ? s.grad.data_ptr<float>() : nullptr;
   uint16_t* gp = fp32_grad ? nullptr : static_cast<uint16_t*>(s.params.data_ptr());
   const MomentView moments = state_->moments(t.unit);
+  // This host's shard of the unit (all of it on one host): the master, m and v hold
+  // [sb, se) at index i - sb; the gradient and the streamed copy are whole.
+  const int64_t sb = state_->shard_begin(t.unit), se = state_->shard_end(t.unit);
   if (moments.dtype != MomentDtype::kFp32) {
     // Compact moments: one call per chunk (chunks start on quantization blocks), each
     // parameter's range with its own decay setting.
-    for (const Chunk& c : state_->chunks(t.unit)) {
+    for (const Chunk& chunk : state_->chunks(t.unit)) {
+      const int64_t cb = std::max(chunk.begin, sb), ce = std::min(chunk.end, se);
+      if (ce <= cb) continue;
       std::vector<DecaySpan> spans;
       for (const ParamSpec& ps : layout.params) {
-        const int64_t b = std::max(c.begin, ps.offset), e = std::min(c.end, ps.offset + ps.numel);
+        const int64_t b = std::max(cb, ps.offset), e = std::min(ce, ps.offset + ps.numel);
         if (e <= b) continue;
-        spans.push_back({b - c.begin, e - c.begin, ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f});
+        spans.push_back({b - cb, e - cb, ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f});
       }
-      AdamWUpdateStored(h, spans, c.end - c.begin, p + c.begin, fp32_grad ? g + c.begin : nullptr,
-                        fp32_grad ? nullptr : gp + c.begin, OffsetMoments(moments, c.begin), threads);
-      if (fp32_grad) state_->RefreshParams(t.unit, c.begin, c.end);
+      AdamWUpdateStored(h, spans, ce - cb, p + (cb - sb), fp32_grad ? g + cb : nullptr, fp32_grad ? nullptr : gp + cb,
+                        OffsetMoments(moments, cb - sb), threads);
+      if (fp32_grad) state_->RefreshParams(t.unit, cb, ce);
     }
     return;
   }
   float* m = static_cast<float*>(moments.m);
   float* v = static_cast<float*>(moments.v);
-  for (const Chunk& c : state_->chunks(t.unit)) {
+  for (const Chunk& chunk : state_->chunks(t.unit)) {
+    const int64_t cb = std::max(chunk.begin, sb), ce = std::min(chunk.end, se);
+    if (ce <= cb) continue;
+    const Chunk c{chunk.unit, cb, ce};
     // Within a chunk, each parameter's overlapping range gets its own decay setting.
     for (const ParamSpec& ps : layout.params) {
       const int64_t b = std::max(c.begin, ps.offset), e = std::min(c.end, ps.offset + ps.numel);
       if (e <= b) continue;
       h.weight_decay = ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f;
+      // The master, m and v from the shard's start; the gradient and copy whole.
+      const int64_t o = b - sb;
       if (fp32_grad) {
-        AdamWUpdate(h, e - b, p + b, g + b, m + b, v + b, threads);
+        AdamWUpdate(h, e - b, p + o, g + b, m + o, v + o, threads);
       } else {
-        AdamWUpdateBf16Grad(h, e - b, p + b, gp + b, m + b, v + b, threads);
+        AdamWUpdateBf16Grad(h, e - b, p + o, gp + b, m + o, v + o, threads);
       }
     }
     if (fp32_grad) state_->RefreshParams(t.unit, c.begin, c.end);

@@ -11,16 +11,19 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/engine/serial_executor.h"
 #include "runtime/state/host_state.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
 
+class HostGroup;
 class ResidentState;
 class StepTrace;
 
@@ -78,6 +81,12 @@ class UpdatePipeline {
   // The units resident on a GPU (may be null): their updates are issued there
   // (ResidentState::Update) instead of run here. Trainer's thread, after Drain().
   void set_resident(ResidentState* resident) { resident_ = resident; }
+  // Several hosts (null: one): `link` reduces each landed unit's gradient over the hosts
+  // into this host's shard and sums the norm (on a thread of its own, in landing
+  // order), before the unit counts as landed; `gather` brings the other hosts' shards of
+  // each updated unit's streamed copy (on the update thread, updates then in landing
+  // order). Each a group of its own (HostGroup::Channel). Before the first step.
+  void set_hosts(HostGroup* link, HostGroup* gather);
 
  private:
   struct Task {
@@ -89,6 +98,11 @@ class UpdatePipeline {
     int64_t adam_step;  // 1-based AdamW step for bias correction
   };
   void Loop();
+  // The unit's gradient of every worker is in the host state (GradLanded's part after
+  // any reduction over the hosts), with squared norm `sumsq`.
+  void Landed(int u, int64_t step, double sumsq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The link's task for unit `u`: reduce-scatter over the hosts, the norm summed.
+  absl::Status ReduceOverHosts(int u, int64_t step);
   void Enqueue(const Task& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -116,6 +130,9 @@ class UpdatePipeline {
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   StepTrace* trace_ = nullptr;
   ResidentState* resident_ = nullptr;
+  HostGroup* link_ = nullptr;
+  HostGroup* gather_ = nullptr;
+  std::unique_ptr<SerialExecutor> link_executor_;
   std::thread thread_;
 };
 

@@ -254,10 +254,16 @@ void HostState::RefreshAllParams() {
 }
 
 std::string HostState::MasterDigest() const {
+  std::vector<at::Tensor> masters;
+  for (const UnitState& s : units_) masters.push_back(s.master);
+  return MasterDigestOf(masters);
+}
+
+std::string MasterDigestOf(const std::vector<at::Tensor>& tensors) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (const UnitState& s : units_) {
-    const auto* p = static_cast<const unsigned char*>(s.master.data_ptr());
-    const int64_t bytes = s.master.numel() * 4;
+  for (const at::Tensor& t : tensors) {
+    const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
     for (int64_t i = 0; i < bytes; ++i) {
       h ^= p[i];
       h *= 0x100000001B3ull;

@@ -23,6 +23,9 @@ namespace slidedp {
 
 class StopToken;  // runtime/io/stop_token.h
 
+// FNV-1a over the bytes of `tensors` in order, 16 hex digits (HostState::MasterDigest).
+std::string MasterDigestOf(const std::vector<at::Tensor>& tensors);
+
 struct UnitState {
   at::Tensor master;  // fp32 [shard]: elements [shard_begin, shard_end) of the unit
   at::Tensor m;       // [numel] as stored: fp32, bf16, or int8 codes
