@@ -77,7 +77,7 @@ void JobManager::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     shutdown_ = true;
-    if (running_stop_ != nullptr) running_stop_->RequestStop();
+    if (running_stop_ != nullptr && running_hosts_ == 1) running_stop_->RequestStop();
     changed_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
@@ -370,7 +370,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
         Persist(e);
       }
       // A long evaluation, tokenization or load stops now, not at the next step boundary.
-      if (running_id_ == id && running_stop_ != nullptr) running_stop_->RequestStop();
+      if (running_id_ == id && running_stop_ != nullptr && running_hosts_ == 1) running_stop_->RequestStop();
       break;
     default:
       return WrongState(e.job, "cancelled", "QUEUED, RUNNING or PAUSED");

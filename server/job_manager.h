@@ -161,7 +161,8 @@ class JobManager {
     JobEventSink* sink;
   };
   // What the job thread should do at a step boundary.
-  enum class Boundary { kContinue, kCancel, kCancelled, kShutdown, kFail };
+  // kPeerShutdown: a job over several hosts whose other host's daemon shuts down.
+  enum class Boundary { kContinue, kCancel, kCancelled, kShutdown, kPeerShutdown, kFail };
 
   explicit JobManager(JobManagerOptions options) : options_(std::move(options)) {}
 
@@ -209,6 +210,10 @@ class JobManager {
   void StoppedBeforeStart(const std::string& id, const TrainConfig& config) ABSL_LOCKS_EXCLUDED(mu_);
   Boundary AtStepBoundary(const std::string& id, Trainer& trainer, absl::Status* error)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // AtStepBoundary of a job over several hosts: every host's requests (cancel,
+  // shutdown, pause; while paused, resume) summed over the hosts through the trainer,
+  // so that all take the same decision at the same boundary.
+  Boundary AtHostsBoundary(const std::string& id, Trainer& trainer, absl::Status* error);
   void RecordStep(const std::string& id, const StepStats& stats, const TrainConfig& config,
                   int64_t num_parameters) ABSL_LOCKS_EXCLUDED(mu_);
   void RecordPlan(const std::string& id, const Trainer& trainer) ABSL_LOCKS_EXCLUDED(mu_);
@@ -231,6 +236,10 @@ class JobManager {
   std::string running_id_ ABSL_GUARDED_BY(mu_);
   // The running job's; Cancel() and Shutdown() set it. Null between jobs.
   std::shared_ptr<StopToken> running_stop_ ABSL_GUARDED_BY(mu_);
+  // Hosts of the running job (hosts.count): over several, a cancel or shutdown is not
+  // asked of the trainer inside a step (the other hosts would wait in it); the step
+  // boundary that every host agrees on (AtHostsBoundary) ends the job instead.
+  int running_hosts_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   NodeSnapshot node_ ABSL_GUARDED_BY(mu_);

@@ -8,6 +8,7 @@
 // engine throws ends the job FAILED, never the daemon.
 // Runs on the job thread only; takes mu_ between engine calls, never across them.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,7 @@ void JobManager::JobThread() {
     }
     absl::MutexLock lock(&mu_);
     running_stop_.reset();
+    running_hosts_ = 1;
   }
 }
 
@@ -127,6 +129,10 @@ void JobManager::RunJob(const std::string& id) {
     return;
   }
   BindConfigToJob(id, &*config);  // its own run id and checkpoint directory
+  {
+    absl::MutexLock lock(&mu_);
+    running_hosts_ = config->hosts.count;
+  }
   if (restored) {
     // The trainer takes the job's newest checkpoint that verifies (Trainer::resumed()).
     absl::StatusOr<std::vector<std::string>> found = ListCheckpoints(config->checkpoint_dir);
@@ -224,7 +230,7 @@ void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
     if (boundary != Boundary::kContinue) {
       // Cancel and shutdown keep a checkpoint when the job has a checkpoint_dir.
       std::string note;
-      if (boundary == Boundary::kCancel || boundary == Boundary::kShutdown) {
+      if (boundary == Boundary::kCancel || boundary == Boundary::kShutdown || boundary == Boundary::kPeerShutdown) {
         note = CheckpointNote(config, *trainer);
       }
       trainer.reset();  // frees the host state before the state change is announced
@@ -246,6 +252,10 @@ void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
         Finish(id, v1::JOB_STATE_FAILED,
                absl::StrCat("interrupted by daemon shutdown at step ", step, " of ", config.steps,
                             "; its host state was lost"));
+      } else if (boundary == Boundary::kPeerShutdown) {
+        Finish(id, v1::JOB_STATE_FAILED,
+               absl::StrCat("stopped at step ", step, ": another host of the job shut down", note,
+                            "; submit it again with resume_from to continue"));
       } else if (boundary == Boundary::kFail) {
         Finish(id, v1::JOB_STATE_FAILED, absl::StrCat("step ", step, ": ", error.message()));
       } else {
@@ -277,6 +287,7 @@ void JobManager::RunSteps(const std::string& id, const TrainConfig& config,
 
 JobManager::Boundary JobManager::AtStepBoundary(const std::string& id, Trainer& trainer,
                                                 absl::Status* error) {
+  if (trainer.config().hosts.count > 1) return AtHostsBoundary(id, trainer, error);
   {
     absl::MutexLock lock(&mu_);
     const v1::Job& job = Find(id)->job;
@@ -303,6 +314,88 @@ JobManager::Boundary JobManager::AtStepBoundary(const std::string& id, Trainer& 
   if (e.job.state() == v1::JOB_STATE_CANCELLED) return Boundary::kCancelled;
   if (e.job.state() != v1::JOB_STATE_RUNNING) return Boundary::kShutdown;
   return Boundary::kContinue;
+}
+
+JobManager::Boundary JobManager::AtHostsBoundary(const std::string& id, Trainer& trainer,
+                                                 absl::Status* error) {
+  enum { kCancelFlag, kShutdownFlag, kPauseFlag, kResumeFlag };
+  // This host's requests, as 0/1 flags; their sums over the hosts decide.
+  auto agree = [&](std::vector<double> mine) -> absl::StatusOr<std::vector<double>> {
+    absl::StatusOr<std::vector<double>> all = trainer.AgreeOverHosts(std::move(mine));
+    if (!all.ok()) *error = all.status();
+    return all;
+  };
+  std::vector<double> mine(4, 0.0);
+  {
+    absl::MutexLock lock(&mu_);
+    const v1::Job& job = Find(id)->job;
+    mine[kCancelFlag] = job.cancel_requested() ? 1 : 0;
+    mine[kShutdownFlag] = shutdown_ ? 1 : 0;
+    mine[kPauseFlag] = job.pause_requested() ? 1 : 0;
+  }
+  absl::StatusOr<std::vector<double>> all = agree(mine);
+  if (!all.ok()) return Boundary::kFail;
+  // A cancel or shutdown anywhere ends the job everywhere (each host keeps a checkpoint).
+  auto ending = [&](const std::vector<double>& a, const std::vector<double>& m) -> std::optional<Boundary> {
+    if (a[kCancelFlag] > 0) {
+      absl::MutexLock lock(&mu_);
+      Entry& e = *Find(id);
+      if (m[kCancelFlag] == 0) Log(absl::StrCat("job ", id, ": cancelled on another host"));
+      e.job.set_cancel_requested(true);
+      return Boundary::kCancel;
+    }
+    if (a[kShutdownFlag] > 0) return m[kShutdownFlag] > 0 ? Boundary::kShutdown : Boundary::kPeerShutdown;
+    return std::nullopt;
+  };
+  if (std::optional<Boundary> b = ending(*all, mine)) return *b;
+  if ((*all)[kPauseFlag] == 0) return Boundary::kContinue;
+  // A pause anywhere pauses every host here: drain, checkpoint (each its shard), wait.
+  if (absl::Status s = trainer.Drain(); !s.ok()) {
+    *error = s;
+    return Boundary::kFail;
+  }
+  const std::string note = CheckpointNote(trainer.config(), trainer);
+  {
+    absl::MutexLock lock(&mu_);
+    Entry& e = *Find(id);
+    e.job.set_pause_requested(false);
+    SetState(e, v1::JOB_STATE_PAUSED,
+             absl::StrCat("paused at step ", trainer.completed_steps(), mine[kPauseFlag] > 0 ? "" : " (on another host)",
+                          note));
+    if (options_.metrics != nullptr) options_.metrics->ClearRates();
+  }
+  // Paused: every second (or on a change here) the hosts compare their requests again.
+  for (;;) {
+    std::vector<double> now(4, 0.0);
+    {
+      absl::MutexLock lock(&mu_);
+      Entry& e = *Find(id);
+      changed_.WaitWithTimeout(&mu_, absl::Seconds(1));
+      now[kCancelFlag] = e.job.state() == v1::JOB_STATE_CANCELLED ? 1 : 0;
+      now[kShutdownFlag] = shutdown_ ? 1 : 0;
+      now[kResumeFlag] = e.job.state() == v1::JOB_STATE_RUNNING ? 1 : 0;
+    }
+    absl::StatusOr<std::vector<double>> a = agree(now);
+    if (!a.ok()) return Boundary::kFail;
+    absl::MutexLock lock(&mu_);
+    Entry& e = *Find(id);
+    if ((*a)[kCancelFlag] > 0) {
+      // Cancelled while paused (here: Cancel() made it CANCELLED): no new checkpoint.
+      if (e.job.state() != v1::JOB_STATE_CANCELLED) {
+        SetFinalState(e, v1::JOB_STATE_CANCELLED,
+                      absl::StrCat("cancelled on another host while paused at step ", e.job.step()))
+            .IgnoreError();
+      }
+      return Boundary::kCancelled;
+    }
+    if ((*a)[kShutdownFlag] > 0) return now[kShutdownFlag] > 0 ? Boundary::kShutdown : Boundary::kPeerShutdown;
+    if ((*a)[kResumeFlag] > 0) {
+      if (e.job.state() == v1::JOB_STATE_PAUSED) {
+        SetState(e, v1::JOB_STATE_RUNNING, absl::StrCat("resumed on another host at step ", e.job.step()));
+      }
+      return Boundary::kContinue;
+    }
+  }
 }
 
 void JobManager::RecordPlan(const std::string& id, const Trainer& trainer) {

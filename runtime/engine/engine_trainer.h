@@ -98,6 +98,11 @@ class EngineTrainer final : public Trainer {
   }
   int64_t tokens_seen() const override { return tokens_seen_; }
   int64_t host_state_bytes() const override { return state_->bytes(); }
+  absl::StatusOr<std::vector<double>> AgreeOverHosts(std::vector<double> mine) override {
+    if (hosts_.trainer == nullptr) return mine;
+    if (absl::Status s = hosts_.trainer->AllReduceSum(mine); !s.ok()) return s;
+    return mine;
+  }
   ResumeReport resumed() const override { return resumed_; }
   // Continues from resume_from `from`, a checkpoint file or a directory whose newest
   // checkpoint that verifies is taken (right after construction, before any step).

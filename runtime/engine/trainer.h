@@ -161,6 +161,11 @@ class Trainer {
   // Tokens with a loss in the completed steps (restored from a checkpoint).
   virtual int64_t tokens_seen() const { return 0; }
 
+  // Several hosts (hosts.count): `mine` summed element-wise over every host, so that
+  // all take the same decision between steps (the daemon's pause, resume, cancel and
+  // shutdown). Every host must call it at the same point; one host: `mine`.
+  virtual absl::StatusOr<std::vector<double>> AgreeOverHosts(std::vector<double> mine) { return mine; }
+
   // Bytes of host memory the training state takes on this host (over several hosts its
   // shard of the master, m and v, and the whole streamed copy and gradient).
   virtual int64_t host_state_bytes() const { return 0; }
