@@ -410,7 +410,8 @@ void JobManager::RecordStep(const std::string& id, const StepStats& stats,
     // Unset: the dense BF16 peak of an H100/H200 SXM on cuda, unknown (not reported) on cpu.
     double peak = options_.peak_flops_per_worker;
     if (peak <= 0 && config.device == DeviceKind::kCuda) peak = kDefaultCudaPeakFlops;
-    options_.metrics->RecordStep(stats, StepContext{config.workers, num_parameters, peak});
+    options_.metrics->RecordStep(
+        stats, StepContext{config.workers, num_parameters, peak, config.hosts.count, config.hosts.rank});
   }
   const v1::StepEvent event = ToStepEvent(stats);
   if (!stats.checkpoint_path.empty()) {

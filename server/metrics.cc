@@ -52,6 +52,8 @@ Metrics::Metrics(const std::string& version)
   last_step_timestamp_ = Gauge(r, "slidedp_last_step_timestamp_seconds",
                                "Unix time at which the last step completed (0: none yet)");
   workers_ = Gauge(r, "slidedp_workers", "Data-parallel workers of the running or last job");
+  hosts_ = Gauge(r, "slidedp_hosts", "Hosts of the running or last job (hosts.count; 1: this host alone)");
+  host_rank_ = Gauge(r, "slidedp_host_rank", "This host's rank in the running or last job (hosts.rank)");
   bottleneck_ = &BuildGauge()
                      .Name("slidedp_bottleneck")
                      .Help("1 for the resource the step-time model names as the bottleneck of "
@@ -189,10 +191,12 @@ void Metrics::RecordStep(const StepStats& s, const StepContext& context) {
   predicted_step_duration_->Set(s.predicted_step_seconds);
   last_step_timestamp_->Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   workers_->Set(std::max(1, context.workers));
+  hosts_->Set(std::max(1, context.hosts));
+  host_rank_->Set(context.host_rank);
   tokens_per_second_->Set(s.tokens_per_second);
   if (context.peak_flops_per_worker > 0 && context.workers > 0) {
     mfu_->Set(6.0 * static_cast<double>(context.num_parameters) * s.tokens_per_second /
-              (context.peak_flops_per_worker * context.workers));
+              (context.peak_flops_per_worker * context.workers * std::max(1, context.hosts)));
   }
   {
     absl::MutexLock lock(&mu_);

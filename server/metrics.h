@@ -53,10 +53,12 @@ struct PcieCalibration {
 
 // What RecordStep needs to know about the job besides the step's numbers.
 struct StepContext {
-  int workers = 1;
+  int workers = 1;  // of this host
   int64_t num_parameters = 0;
   // Peak dense FLOP/s of one worker; <= 0: slidedp_mfu_ratio is not updated.
   double peak_flops_per_worker = 0.0;
+  int hosts = 1;  // of the job: tokens/s is the job's, its MFU over every host's workers
+  int host_rank = 0;
 };
 
 // Job states as slidedp.v1.JobState numbers 1..6 (index 0 unused).
@@ -116,6 +118,8 @@ class Metrics {
   prometheus::Gauge* predicted_step_duration_;
   prometheus::Gauge* last_step_timestamp_;
   prometheus::Gauge* workers_;
+  prometheus::Gauge* hosts_;
+  prometheus::Gauge* host_rank_;
   prometheus::Family<prometheus::Gauge>* bottleneck_;
   prometheus::Gauge* tokens_per_second_;
   prometheus::Gauge* mfu_;

@@ -63,6 +63,17 @@ TEST(MetricsTest, ExposesEveryMetricWithItsValue) {
   EXPECT_NE(metrics.Scrape().find("slidedp_tokens_per_second 0"), std::string::npos);
 }
 
+// A job over several hosts: each daemon says which host it is, and the job's tokens/s
+// (every host's) count against every host's workers in the MFU.
+TEST(MetricsTest, AHostOfSeveralSaysItsRankAndTheMfuCountsEveryHost) {
+  Metrics metrics("1");
+  metrics.RecordStep(SomeStep(), StepContext{2, 1000000, 1e9, /*hosts=*/3, /*host_rank=*/1});
+  const std::string text = metrics.Scrape();
+  for (const char* line : {"slidedp_hosts 3", "slidedp_host_rank 1", "slidedp_mfu_ratio 2"}) {
+    EXPECT_NE(text.find(std::string("\n") + line + "\n"), std::string::npos) << line << "\n" << text;
+  }
+}
+
 bool Has(const std::string& text, const std::string& line) {
   return text.find("\n" + line + "\n") != std::string::npos;
 }
