@@ -64,7 +64,9 @@ TEST(HostGroup, CollectivesOfThreeHosts) {
       const auto [b, e] = SliceOf(n, H, g.rank());
       at::Tensor out = at::full({std::max<int64_t>(e - b, 1)}, -1.0f);
       ASSERT_TRUE(g.ReduceScatter(in, out).ok());
-      if (e > b) EXPECT_TRUE(at::equal(out.narrow(0, 0, e - b), at::arange(b, e, at::kFloat) * 6.0f)) << n;
+      if (e > b) {
+        EXPECT_TRUE(at::equal(out.narrow(0, 0, e - b), at::arange(b, e, at::kFloat) * 6.0f)) << n;
+      }
       // Each host writes its own slice; the gather brings the others.
       at::Tensor buf = at::full({n}, -1.0f);
       if (e > b) buf.narrow(0, b, e - b).copy_(at::arange(b, e, at::kFloat));
