@@ -31,6 +31,8 @@
 #include "runtime/engine/step_trace.h"
 #include "runtime/engine/update_pipeline.h"
 #include "runtime/engine/worker.h"
+#include "nlohmann/json.hpp"
+#include "runtime/model/safetensors.h"
 #include "runtime/model/hf_checkpoint.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/plan/job_knobs.h"
@@ -269,6 +271,19 @@ absl::StatusOr<std::string> EngineTrainer::WriteCheckpointNow() {
   if (path.ok() && *failed > 0) {
     return absl::UnavailableError(absl::StrCat("checkpoint of step ", step_, ": ", *failed,
                                                " other host(s) could not write their shard"));
+  }
+  if (path.ok() && hosts_.trainer != nullptr && hosts_.trainer->rank() == 0) {
+    // The manifest: which file of which host's folder holds each shard of this step.
+    const int H = hosts_.trainer->hosts();
+    nlohmann::json shards = nlohmann::json::array();
+    const std::string name = std::filesystem::path(*path).filename().string();
+    for (int r = 0; r < H; ++r) shards.push_back(absl::StrCat("host-", r, "-of-", H, "/", name));
+    const nlohmann::json manifest = {{"step", step_}, {"hosts", H}, {"shards", shards}};
+    if (absl::Status s = WriteFileAtomically(
+            (std::filesystem::path(config_.checkpoint_dir) / "manifest.json").string(), manifest.dump(2) + "\n");
+        !s.ok()) {
+      return s;
+    }
   }
   return path;
 }

@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "runtime/engine/trainer.h"
 #include "tests/runtime/engine/reference_training.h"
 #include "tests/test_support.h"
@@ -180,6 +181,17 @@ TEST(Hosts, CheckpointAndResumeOverTwoHostsAreBitExact) {
   });
   EXPECT_TRUE(std::filesystem::is_directory(dir + "/host-0-of-2"));
   EXPECT_TRUE(std::filesystem::is_directory(dir + "/host-1-of-2"));
+  // Host 0's manifest names the shards of the last checkpoint, each of which exists.
+  std::ifstream mf(dir + "/manifest.json");
+  ASSERT_TRUE(mf.good());
+  const nlohmann::json manifest = nlohmann::json::parse(mf, nullptr, false);
+  ASSERT_TRUE(manifest.is_object());
+  EXPECT_EQ(manifest.value("step", -1), 3);
+  EXPECT_EQ(manifest.value("hosts", -1), 2);
+  ASSERT_EQ(manifest["shards"].size(), 2u);
+  for (const auto& shard : manifest["shards"]) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/" + shard.get<std::string>())) << shard;
+  }
   TrainConfig second = first;
   second.resume_from = dir;
   port = FreePort();
