@@ -196,6 +196,7 @@ class EngineTrainer final : public Trainer {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<ResidentState> resident_;  // null: every unit streams
   HostLinks hosts_;                          // null groups: one host
+  int64_t host_bytes_before_ = 0;  // the trainer's and link's bytes sent at the last step's end
   PlanManager plan_;
   const std::shared_ptr<const StopToken> stop_;  // may be null
   bool partial_state_ = false;  // a stopped step applied some of its updates: no checkpoint

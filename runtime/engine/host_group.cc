@@ -58,6 +58,7 @@ class GlooHostGroup final : public HostGroup {
       at::Tensor recv = at::empty({slice * H}, in.options());
       std::vector<int64_t> equal;
       pg_->alltoall_base(recv, send, equal, equal)->wait(Millis(options_.timeout_seconds));
+      sent_ += slice * (H - 1) * in.element_size();  // a slice to each other host
       // recv holds every host's slice `rank`, in host order: sum them in that order.
       const auto [b, e] = SliceOf(n, H, options_.rank);
       if (e > b) {
@@ -84,6 +85,7 @@ class GlooHostGroup final : public HostGroup {
       std::vector<at::Tensor> mine{at::zeros({slice * elem}, bytes.options())};
       if (e > b) mine[0].narrow(0, 0, (e - b) * elem).copy_(bytes.narrow(0, b * elem, (e - b) * elem));
       pg_->allgather(outs, mine)->wait(Millis(options_.timeout_seconds));
+      sent_ += slice * elem * (H - 1);  // its slice to each other host
       bytes.copy_(padded.narrow(0, 0, n * elem));
     } catch (const std::exception& e) {
       return Failed("all-gather", e);
@@ -96,6 +98,7 @@ class GlooHostGroup final : public HostGroup {
     try {
       std::vector<at::Tensor> t{at::tensor(values, at::TensorOptions().dtype(at::kDouble))};
       pg_->allreduce(t)->wait(Millis(options_.timeout_seconds));
+      sent_ += static_cast<int64_t>(values.size() * sizeof(double));
       for (size_t i = 0; i < values.size(); ++i) values[i] = t[0][static_cast<int64_t>(i)].item<double>();
     } catch (const std::exception& e) {
       return Failed("all-reduce", e);
@@ -111,6 +114,8 @@ class GlooHostGroup final : public HostGroup {
     }
     return absl::OkStatus();
   }
+
+  int64_t bytes_sent() const override { return sent_.load(); }
 
   absl::StatusOr<std::unique_ptr<HostGroup>> Channel(const std::string& name) override {
     try {
@@ -137,6 +142,7 @@ class GlooHostGroup final : public HostGroup {
   const HostGroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::atomic<int64_t> sent_{0};
 };
 
 }  // namespace

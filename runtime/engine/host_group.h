@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -50,6 +51,10 @@ class HostGroup {
   // Element-wise sum of `values` over the hosts, the same on every host.
   virtual absl::Status AllReduceSum(std::vector<double>& values) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Bytes this host has sent to the others through this group so far (payload: its
+  // slices of reduce-scatters and all-gathers, all-reduce values), any thread.
+  virtual int64_t bytes_sent() const = 0;
 
   // Another group of the same hosts with collectives of its own, for another thread:
   // collectives of one group are matched in the order each host issues them, so each

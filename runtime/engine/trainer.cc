@@ -566,6 +566,14 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
   s.skipped = u.skipped || !std::isfinite(s.loss);
   s.tokens = tokens;
   s.update_busy_seconds = pipeline_->TakeBusySeconds();
+  if (hosts_.trainer != nullptr) {
+    // This step's reductions and losses, and the gathers of the previous step's updates
+    // (done by now: this step's forward fetched every unit; this step's own gathers
+    // count in the next step's figure, the first step's none).
+    const int64_t reduced = hosts_.trainer->bytes_sent() + hosts_.link->bytes_sent();
+    s.host_bytes_sent = reduced - host_bytes_before_ + pipeline_->TakeGatheredBytes(step_ - 2);
+    host_bytes_before_ = reduced;
+  }
   s.step_seconds = MonotonicSeconds() - t0;
   s.tokens_per_second = s.step_seconds > 0 ? tokens / s.step_seconds : 0.0;
   if (trace_ != nullptr && step_ <= kTraceSteps) {

@@ -61,6 +61,10 @@ struct StepStats {
   double update_busy_seconds = 0.0;  // CPU AdamW time of this step's updates
   int64_t h2d_bytes = 0;             // parameter bytes to devices (all workers)
   int64_t d2h_bytes = 0;             // gradient bytes to the host (all workers)
+  // Several hosts: bytes this host sent to the others during the step (its slices of
+  // each unit's gradient reduce-scatter and of its updated copy's all-gather, norms,
+  // losses); 0 on one host.
+  int64_t host_bytes_sent = 0;
   std::vector<WorkerDeviceStats> workers;  // per worker (GPU), in rank order
   // The step-time model's prediction for this step's knobs and its bottleneck resource
   // ("gpu", "h2d", "d2h", "collective", "cpu_update", "host_memory"; runtime/plan/).

@@ -178,6 +178,15 @@ void UpdatePipeline::set_hosts(HostGroup* link, HostGroup* gather) {
   if (link != nullptr && link_executor_ == nullptr) link_executor_ = std::make_unique<SerialExecutor>(/*inline_mode=*/false);
 }
 
+int64_t UpdatePipeline::TakeGatheredBytes(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  auto it = gathered_bytes_.find(step);
+  if (it == gathered_bytes_.end()) return 0;
+  const int64_t b = it->second;
+  gathered_bytes_.erase(gathered_bytes_.begin(), std::next(it));
+  return b;
+}
+
 absl::Status UpdatePipeline::status() {
   absl::MutexLock lock(&mu_);
   return failed_;
@@ -227,7 +236,12 @@ void UpdatePipeline::Loop() {
                                                   " failed: ", e.what()));
       }
       // Several hosts: each updated its shard of the streamed copy; the others' come now.
-      if (failed.ok() && gather_ != nullptr) failed = gather_->AllGather(state_->unit(t.unit).params);
+      if (failed.ok() && gather_ != nullptr) {
+        const int64_t before = gather_->bytes_sent();
+        failed = gather_->AllGather(state_->unit(t.unit).params);
+        absl::MutexLock lock(&mu_);
+        gathered_bytes_[t.step] += gather_->bytes_sent() - before;
+      }
     } else if (!state_->fp32_grad() && !on_gpu) {
       // The streamed copy holds the discarded gradient: restore the weights.
       state_->RefreshParams(t.unit, 0, state_->layout().units[t.unit].numel);

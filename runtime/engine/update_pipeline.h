@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -70,6 +71,10 @@ class UpdatePipeline {
   // OK, or the first update that failed (a GPU update's launch error): the host state
   // and the resident units no longer belong to one step; the trainer fails the job.
   absl::Status status();
+  // Several hosts: the bytes this host sent gathering the updated copies of step
+  // `step`'s updates (complete once the next step's forward has fetched every unit);
+  // forgets them and those of earlier steps.
+  int64_t TakeGatheredBytes(int64_t step);
 
   // Checkpoints (trainer's thread, between steps, after Drain()): the AdamW steps
   // applied so far, and a restore that makes the pipeline continue after `steps`
@@ -128,6 +133,7 @@ class UpdatePipeline {
   double busy_seconds_ ABSL_GUARDED_BY(mu_) = 0.0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, int64_t> gathered_bytes_ ABSL_GUARDED_BY(mu_);  // per step of the updates
   StepTrace* trace_ = nullptr;
   ResidentState* resident_ = nullptr;
   HostGroup* link_ = nullptr;

@@ -8,7 +8,8 @@
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4 res7b res7b16 resbudget
-# (issue 21's resident units against streamed and plain PyTorch) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
+# (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
+# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
@@ -170,6 +171,14 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              --grad_accum=4 --sweep=resident_units:0,-1 ;;
     resbudget) TAILN=12 step resbudget 400 $B/step_bench --model=qwen2.5-7b --prefetch=2 --steps=3 --micro_batch_size=2 \
              --grad_accum=4 --sweep=gpu_memory_budget_bytes:24e9,48e9,96e9,0 ;;
+    # Issue 24 on one GPU host: the 3.09B shape at 4 x 4096 as one host, then as two
+    # processes sharing the GPU (Gloo between them over loopback), the same job batch.
+    hosts2) TAILN=10 step hosts2 300 bash -c '
+           '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=4 --resident_units=0 | grep -E "mean of|step 3"
+           '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units=0 --nnodes=2 --node_rank=1 \
+             --master_port=29611 > /tmp/hosts2_r1.log 2>&1 &
+           '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units=0 --nnodes=2 --node_rank=0 \
+             --master_port=29611 | grep -E "mean of|step 3"; wait; grep -E "mean of|step 3" /tmp/hosts2_r1.log' ;;
     b16plain) TAILN=6 step b16plain 150 bash -c '
            '"$SB"' --steps=3 --micro_batch_size=4 --grad_accum=4 | grep -E "mean of|blocks kept"
            python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 2>&1 | grep RESULT' ;;

@@ -4,6 +4,8 @@
 //                   [--micro_batch_size=1] [--grad_accum=4] [--steps=4] [--loss_chunk=4096]
 //                   [--prefetch=1] [--grad_landing=auto] [--activations=auto|device|host] [--mlp_tile=0] [--kept_blocks=-1] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
 //                   [--resident_units=-1] [--gpu_memory_budget=0]
+//                   [--nnodes=1 --node_rank=0 --master_addr=127.0.0.1 --master_port=29500: one host of a job
+//                    over several (issue 24); the batch flags are this host's]
 //                   [--routes=PARAM/GRAD,...: each pair in turn over one host state]
 //                   [--sweep=FIELD:V1,V2,...: each value of FIELD (resident_units, kept_blocks,
 //                    gpu_memory_budget_bytes) in turn over one host state, in one process]
@@ -50,6 +52,10 @@ int Main(int argc, char** argv) {
   c.policy.kept_blocks = std::stoll(Flag(argc, argv, "kept_blocks", "-1"));
   c.policy.resident_units = std::stoll(Flag(argc, argv, "resident_units", "-1"));
   c.policy.gpu_memory_budget_bytes = static_cast<int64_t>(std::stod(Flag(argc, argv, "gpu_memory_budget", "0")));
+  c.hosts.count = std::stoi(Flag(argc, argv, "nnodes", "1"));
+  c.hosts.rank = std::stoi(Flag(argc, argv, "node_rank", "0"));
+  c.hosts.address = Flag(argc, argv, "master_addr", "127.0.0.1");
+  c.hosts.port = std::stoi(Flag(argc, argv, "master_port", "29500"));
   c.policy.grad_route = EnumFlag<GradRoute>(argc, argv, "grad_route", "gather_host");
   c.policy.param_route = EnumFlag<ParamRoute>(argc, argv, "param_route", "replicate");
   c.trace_file = Flag(argc, argv, "trace", "");
@@ -80,11 +86,11 @@ int Main(int argc, char** argv) {
                      std::string(st.status().message()).c_str());
         return false;
       }
-      std::printf("%sstep %lld | loss %.4f | %.3f s (predicted %.3f) | %.0f tok/s | fwd %.3f bwd %.3f wait %.3f upd %.3f s | h2d %.2f GB d2h %.2f GB\n",
+      std::printf("%sstep %lld | loss %.4f | %.3f s (predicted %.3f) | %.0f tok/s | fwd %.3f bwd %.3f wait %.3f upd %.3f s | h2d %.2f GB d2h %.2f GB | to hosts %.2f GB\n",
                   label.c_str(), static_cast<long long>(st->step), st->loss, st->step_seconds,
                   st->predicted_step_seconds, st->tokens_per_second,
                   st->forward_seconds, st->backward_seconds, st->update_wait_seconds, st->update_busy_seconds,
-                  st->h2d_bytes / 1e9, st->d2h_bytes / 1e9);
+                  st->h2d_bytes / 1e9, st->d2h_bytes / 1e9, st->host_bytes_sent / 1e9);
       std::fflush(stdout);
       if (s > 0 || c.steps == 1) {
         sum_t += st->step_seconds;

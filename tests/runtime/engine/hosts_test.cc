@@ -98,6 +98,7 @@ TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
 
   const int port = FreePort();
   std::vector<std::vector<double>> losses(H);
+  std::vector<std::vector<int64_t>> sent(H);
   std::vector<int64_t> state_bytes(H);
   OnHosts(H, [&](int r) {
     auto t = Trainer::Create(AsHost(host, H, r, port));
@@ -106,6 +107,7 @@ TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
       absl::StatusOr<StepStats> st = (*t)->Step();
       ASSERT_TRUE(st.ok()) << st.status();
       losses[r].push_back(st->loss);
+      sent[r].push_back(st->host_bytes_sent);
     }
     state_bytes[r] = (*t)->host_state_bytes();
     ASSERT_TRUE((*t)->ExportHf(dir + "/hosts").ok());
@@ -135,6 +137,16 @@ TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
     EXPECT_EQ(state_bytes[r], 12 * mine + 8 * total) << "host " << r;
   }
   EXPECT_EQ(shards, total);
+  // What each host sends a step (the steps after the first, which has no previous
+  // updates to gather): its fp32 slices of every unit's gradient to the H - 1 others,
+  // its slices of every updated copy (fp32 on the CPU device) to them, each unit's
+  // squared norm and the step's loss (8 bytes each).
+  int64_t want = 8;
+  for (const UnitLayout& u : BuildLayout(c).units) want += (u.numel + H - 1) / H * (H - 1) * (4 + 4) + 8;
+  for (int r = 0; r < H; ++r) {
+    for (int s = 1; s < 5; ++s) EXPECT_EQ(sent[r][s], want) << "host " << r << " step " << s + 1;
+    EXPECT_LT(sent[r][0], want) << "the first step gathers no previous update";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
