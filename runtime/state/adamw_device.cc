@@ -5,10 +5,6 @@
 
 namespace slidedp {
 
-AdamWDeviceCoeffs DeviceCoeffs(const AdamWHyper& h) {
-  const adamw_internal::Coeffs c = adamw_internal::MakeCoeffs(h);
-  return AdamWDeviceCoeffs{c.grad_scale, c.decay,      c.beta1, c.one_minus_beta1, c.beta2,
-                           c.one_minus_beta2, c.bias2_sqrt, c.eps, c.neg_step_size};
-}
+AdamWDeviceCoeffs DeviceCoeffs(const AdamWHyper& h) { return adamw_internal::MakeCoeffs(h); }
 
 }  // namespace slidedp

@@ -13,22 +13,14 @@
 #include <string>
 
 #include "runtime/state/adamw.h"
+#include "runtime/state/adamw_kernels.h"
 
 namespace slidedp {
 
-// The per-call scalars of AdamWHyper as the CPU kernels compute them.
-struct AdamWDeviceCoeffs {
-  float grad_scale;
-  float decay;          // 1 - lr * weight_decay
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float bias2_sqrt;     // sqrt(1 - beta2^step)
-  float eps;
-  float neg_step_size;  // -lr / (1 - beta1^step)
-};
-AdamWDeviceCoeffs DeviceCoeffs(const AdamWHyper& h);  // h.weight_decay included
+// The per-call scalars of AdamWHyper (h.weight_decay included), those the CPU kernels
+// compute (adamw_kernels.h's Coeffs).
+using AdamWDeviceCoeffs = adamw_internal::Coeffs;
+AdamWDeviceCoeffs DeviceCoeffs(const AdamWHyper& h);
 
 // Elements [0, n) of device buffers. `out` receives the new parameters: bf16 bits
 // (rounded to nearest even, as LibTorch converts) when out_bf16, else fp32.

@@ -4,6 +4,8 @@
 // the export; a pause sent to one daemon pauses both at the same step, a resume sent
 // to the other resumes both; a cancel sent to one ends the job on both.
 #include <gtest/gtest.h>
+
+#include "tests/free_port.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,17 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using slidedp::testing::FreePort;
 
 class HostsDaemons : public ::testing::Test {
  protected:

@@ -6,6 +6,8 @@
 #include "runtime/engine/host_group.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/free_port.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,18 +22,7 @@
 namespace slidedp {
 namespace {
 
-// A TCP port free on loopback now.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using slidedp::testing::FreePort;
 
 // Runs body(group) on `hosts` threads, one host each.
 void OnHosts(int hosts, double timeout, const std::function<void(HostGroup&)>& body) {

@@ -5,6 +5,8 @@
 // master, m and v (bytes checked); a checkpoint and resume over all hosts is bit-exact;
 // kill -9 of one process fails the others within the timeout.
 #include <gtest/gtest.h>
+
+#include "tests/free_port.h"
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -34,17 +36,7 @@ namespace {
 
 using namespace slidedp::testing;  // reference_training.h
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using slidedp::testing::FreePort;
 
 // `c` as host `rank` of `hosts` meeting at 127.0.0.1:port.
 TrainConfig AsHost(TrainConfig c, int hosts, int rank, int port) {
