@@ -9,7 +9,8 @@
 
 namespace slidedp {
 
-// The job's shape for the model, from its config (the batch and the device).
+// The job's shape for the model, from its config (this host's batch, the device, the
+// hosts).
 JobShape JobShapeOf(const TrainConfig& config);
 // The knobs `config` sets now.
 PlanKnobs KnobsOf(const TrainConfig& config);

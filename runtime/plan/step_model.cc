@@ -76,6 +76,8 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
   r.adamw_params_per_s = 3e8 * 28.0 / job.update_bytes_per_param;
   r.gpu_update_params_per_s = r.adamw_params_per_s;  // the same AdamW, on the update thread
   r.host_memory_gbps = 10.0;
+  r.cross_host_gbps = 5.0;  // loopback TCP
+  r.cross_host_latency_s = 5e-5;
   return r;
 }
 
@@ -89,7 +91,7 @@ double MlpShare(const ModelShape& shape, int64_t seq_len) {
 }
 
 bool Bf16Landing(const JobShape& job, const PolicyConfig& policy) {
-  return LandsInBf16(policy.grad_landing, policy.grad_route, job.cuda, job.workers);
+  return LandsInBf16(policy.grad_landing, policy.grad_route, job.cuda, job.workers, job.hosts);
 }
 
 namespace {
@@ -97,6 +99,55 @@ namespace {
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---------------------------------------------------------------------------------
+// Exchanges between hosts (JobShape::hosts > 1), as runtime/engine/host_group.cc makes
+// them over Gloo: every host's buffer is cut into `hosts` equal slices (the last padded),
+// SliceOf's; host 0's shard is the largest.
+
+int64_t ShardOf(int64_t numel, int hosts) { return CeilDiv(numel, hosts); }
+
+// Bytes one host sends (and receives) in the reduce-scatter of a unit's fp32 gradient:
+// the other hosts' slices (an all-to-all).
+int64_t ReduceScatterBytes(int64_t numel, int hosts) { return 4 * ShardOf(numel, hosts) * (hosts - 1); }
+// ... in the all-gather of its streamed copy (`param_bytes` an element): its own slice
+// to each of the others, theirs back.
+int64_t AllGatherBytes(int64_t numel, int hosts, int param_bytes) {
+  return param_bytes * ShardOf(numel, hosts) * (hosts - 1);
+}
+
+// Seconds on the network: the bytes each way at once at cross_host_gbps, and the
+// latency of each collective (the reduce-scatter's all-to-all and its norm's sum; the
+// all-gather).
+double ReduceScatterSeconds(int64_t numel, const JobShape& job, const Rates& r) {
+  return 2 * r.cross_host_latency_s +
+         static_cast<double>(ReduceScatterBytes(numel, job.hosts)) / (r.cross_host_gbps * 1e9);
+}
+double AllGatherSeconds(int64_t numel, const JobShape& job, const Rates& r) {
+  return r.cross_host_latency_s +
+         static_cast<double>(AllGatherBytes(numel, job.hosts, job.param_bytes)) / (r.cross_host_gbps * 1e9);
+}
+
+// Host memory bytes a parameter's exchanges move on each host besides the network's own
+// (what is sent read, what is received written: 8 for the reduce-scatter's fp32, 2e for
+// the all-gather's e bytes an element). The reduce-scatter zeroes and fills its send
+// buffer (12), copies the first received slice into the shard and adds the H - 1 others
+// (8/H + 12 (H-1)/H) and reads the shard for its squared norm (4/H): 24, whatever H.
+// The all-gather stages the host's own slice (3e/H) and copies the gathered buffer back
+// into the streamed copy (2e).
+constexpr double kReduceScatterCopyBytes = 24.0;
+double AllGatherCopyBytes(int hosts, int param_bytes) { return 3.0 * param_bytes / hosts + 2.0 * param_bytes; }
+double ExchangeHostBytesPerParam(int hosts, int param_bytes) {
+  return 8.0 + kReduceScatterCopyBytes + 2.0 * param_bytes + AllGatherCopyBytes(hosts, param_bytes);
+}
+
+// The exchanges' copies and sums in host memory, on the thread that runs the exchange
+// (the link thread, the update thread): named host memory on the critical path.
+constexpr const char* kExchangeCopy = "exchange copy";
+// Per-thread lanes of the network: the link thread's reduce-scatters and the update
+// thread's all-gathers run at once (a Gloo group each).
+constexpr const char* kLinkLane = "link thread";
+constexpr const char* kGatherLane = "gather";
 
 struct Sizes {
   int64_t tokens_worker = 0;  // tokens a worker computes a step
@@ -131,9 +182,10 @@ class Replay {
  public:
   // Adds an operation on `resource` lasting `seconds`, starting when `resource` is free
   // and every operation of `deps` (indices, -1 ignored) has ended, not before `host`
-  // (the issuing thread's time and the op that set it). Returns its index.
+  // (the issuing thread's time and the op that set it). Operations of one `lane` (the
+  // resource when null) run one at a time, in the order they are added. Returns its index.
   int Add(const std::string& resource, std::string what, double seconds, std::initializer_list<int> deps,
-          double host, int host_cause) {
+          double host, int host_cause, const char* lane = nullptr) {
     Op op;
     op.resource = resource;
     op.what = std::move(what);
@@ -145,7 +197,8 @@ class Replay {
         op.cause = cause;
       }
     };
-    auto it = last_.find(resource);
+    const std::string queue = lane != nullptr ? std::string(lane) : resource;
+    auto it = last_.find(queue);
     if (it != last_.end()) take(ops_[it->second].end, it->second);
     for (int d : deps) {
       if (d >= 0) take(ops_[d].end, d);
@@ -153,7 +206,7 @@ class Replay {
     op.end = op.start + std::max(0.0, seconds);
     ops_.push_back(std::move(op));
     const int id = static_cast<int>(ops_.size()) - 1;
-    last_[resource] = id;
+    last_[queue] = id;
     return id;
   }
   const Op& op(int i) const { return ops_[i]; }
@@ -180,7 +233,7 @@ class StepReplay {
  public:
   StepReplay(const ModelShape& shape, const JobShape& job, const PlanKnobs& k, const Rates& rates)
       : shape_(shape), job_(job), k_(k), rates_(rates), sizes_(SizesOf(shape, job, k)),
-        U_(shape.num_units()), W_(std::max(1, job.workers)),
+        U_(shape.num_units()), W_(std::max(1, job.workers)), H_(std::max(1, job.hosts)),
         bf16_landing_(Bf16Landing(job, k.policy)),
         schedule_(U_, shape.tied, k.policy.prefetch_depth),
         kept_(KeptBlocks(shape, job, k, 0)),
@@ -255,13 +308,15 @@ class StepReplay {
     return op;
   }
   void Land(int u, int compute_op);
+  // Several hosts: the link thread reduce-scatters unit u's landed gradient over them.
+  void ReduceOverHosts(int u);
 
   const ModelShape& shape_;
   const JobShape& job_;
   const PlanKnobs& k_;
   const Rates& rates_;
   const Sizes sizes_;
-  const int U_, W_;
+  const int U_, W_, H_;
   const bool bf16_landing_;
   Replay r_;
   HostThread host_;
@@ -277,6 +332,7 @@ class StepReplay {
   int next_gacc_ = 0;
   int emb_free_ = -1;
   int lander_ = -1;               // the landing thread's last operation
+  int linker_ = -1;               // the link thread's last operation (several hosts)
   HostThread update_thread_;       // the update thread: CPU updates, resident launches
 };
 
@@ -359,6 +415,17 @@ void StepReplay::Land(int u, int compute_op) {
   lander_ = r_.Add("landing", "landed " + Name(u), sum_s, {copy, lander_}, host_.t, host_.cause);
   landed_[u] = lander_;
   Sync(lander_);
+  if (H_ > 1) ReduceOverHosts(u);
+}
+
+void StepReplay::ReduceOverHosts(int u) {
+  const int64_t numel = shape_.unit_params[u];
+  const int net = r_.Add(kResNetwork, "reduce-scatter " + Name(u) + " over hosts",
+                         ReduceScatterSeconds(numel, job_, rates_), {landed_[u]}, host_.t, host_.cause, kLinkLane);
+  linker_ = r_.Add(kExchangeCopy, "sum " + Name(u) + " over hosts",
+                   static_cast<double>(numel) * kReduceScatterCopyBytes / (rates_.host_memory_gbps * 1e9), {net},
+                   host_.t, host_.cause, kLinkLane);
+  landed_[u] = linker_;
 }
 
 int StepReplay::Step(double start, int start_cause) {
@@ -452,7 +519,7 @@ int StepReplay::Step(double start, int start_cause) {
                   rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[0]), {});
   Land(0, c);
   // The step ends when the compute stream is done and every landing is complete.
-  return r_.Add("step end", "step end", 0.0, {c, lander_}, host_.t, host_.cause);
+  return r_.Add("step end", "step end", 0.0, {c, lander_, linker_}, host_.t, host_.cause);
 }
 
 void StepReplay::Updates() {
@@ -469,18 +536,20 @@ void StepReplay::Updates() {
   }
   // Earliest deadline first: among the available units, the lowest. A resident unit's
   // update is a launch on its GPU's update stream that takes the thread no time (on the
-  // cpu device the thread runs it); a streamed unit's is the thread's CPU AdamW.
+  // cpu device the thread runs it); a streamed unit's is the thread's CPU AdamW. Several
+  // hosts update in the order units land (each update ends in an all-gather that every
+  // host must join in the same order): forward order with clipping.
   std::vector<bool> done(U_, false);
   for (int n = 0; n < U_; ++n) {
     const double free = update_thread_.t;
     int pick = -1;
-    for (int u = 0; u < U_; ++u) {
+    for (int u = 0; u < U_ && H_ == 1; ++u) {
       if (!done[u] && avail[u] <= free) {
         pick = u;
         break;
       }
     }
-    if (pick < 0) {  // idle until the next landing
+    if (pick < 0) {  // idle until the next landing; several hosts: the first landed
       for (int u = 0; u < U_; ++u) {
         if (!done[u] && (pick < 0 || avail[u] < avail[pick])) pick = u;
       }
@@ -498,10 +567,28 @@ void StepReplay::Updates() {
       }
       continue;
     }
-    const int op = r_.Add(kResCpuUpdate, "update " + Name(pick), params / rates_.adamw_params_per_s,
-                          {avail_cause[pick]}, update_thread_.t, update_thread_.cause);
-    update_thread_.WaitFor(r_, op);
-    updated_[pick] = op;
+    if (H_ == 1) {
+      const int op = r_.Add(kResCpuUpdate, "update " + Name(pick), params / rates_.adamw_params_per_s,
+                            {avail_cause[pick]}, update_thread_.t, update_thread_.cause);
+      update_thread_.WaitFor(r_, op);
+      updated_[pick] = op;
+      continue;
+    }
+    // Several hosts: this host's shard, then the streamed copy gathered from all; the
+    // thread's next update and the next forward's fetch wait for the gather.
+    const int64_t numel = shape_.unit_params[pick];
+    const int op = r_.Add(kResCpuUpdate, "update " + Name(pick),
+                          static_cast<double>(ShardOf(numel, H_)) / rates_.adamw_params_per_s, {avail_cause[pick]},
+                          update_thread_.t, update_thread_.cause);
+    const int net = r_.Add(kResNetwork, "all-gather " + Name(pick) + " over hosts",
+                           AllGatherSeconds(numel, job_, rates_), {op}, update_thread_.t, update_thread_.cause,
+                           kGatherLane);
+    const int copy = r_.Add(kExchangeCopy, "gathered " + Name(pick),
+                            static_cast<double>(numel) * AllGatherCopyBytes(H_, job_.param_bytes) /
+                                (rates_.host_memory_gbps * 1e9),
+                            {net}, update_thread_.t, update_thread_.cause, kGatherLane);
+    update_thread_.WaitFor(r_, copy);
+    updated_[pick] = copy;
   }
 }
 
@@ -541,7 +628,7 @@ int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKn
   const int64_t units = shape.num_units();
   const int64_t requested = knobs.policy.resident_units;
   if (requested >= 0) return std::min(requested, units);
-  if (!job.cuda || !job.fp32_moments) return 0;
+  if (!job.cuda || !job.fp32_moments || job.hosts > 1) return 0;
   // The most that fit beside the plan without kept blocks, with the kept blocks' headroom.
   int64_t most = units;
   if (memory_bytes > 0) {
@@ -656,22 +743,44 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
     const Op& op = r.op(i);
     if (op.resource == "step end" || op.resource == "landing") continue;
     if (op.resource == kResCpuUpdate || op.resource == kResGpuUpdate) continue;
+    if (op.resource == kResNetwork || op.resource == kExchangeCopy) continue;  // below, per step
     if (op.start >= t0 && op.start < t1) p.busy[op.resource] += op.end - op.start;
   }
   const Residency residency = ResidencyOf(shape, job, knobs);
   for (int u = 0; u < shape.num_units(); ++u) {
     if (residency.resident(u)) p.resident_params += shape.unit_params[u];
   }
-  const double streamed = static_cast<double>(shape.total_params() - p.resident_params);
+  // The streamed units' parameters this host updates: its shard of each (host 0's, the
+  // largest), all of them on one host.
+  const int H = std::max(1, job.hosts);
+  int64_t streamed_params = 0, shard_params = 0;
+  for (int u = 0; u < shape.num_units(); ++u) {
+    if (residency.resident(u)) continue;
+    streamed_params += shape.unit_params[u];
+    shard_params += ShardOf(shape.unit_params[u], H);
+  }
+  const double streamed = static_cast<double>(shard_params);
   const double resident_s = static_cast<double>(p.resident_params) / rates.gpu_update_params_per_s;
   p.busy[kResCpuUpdate] = streamed / rates.adamw_params_per_s + (job.cuda ? 0.0 : resident_s);
   if (job.cuda && p.resident_params > 0) p.busy[kResGpuUpdate] = resident_s;
   const int W = std::max(1, job.workers);
   // Host memory: every worker's DMA reads and writes, AdamW of the streamed units (28
   // bytes a parameter with fp32 moments: p, m, v read and written, the gradient read and
-  // the streamed copy written; JobShape::update_bytes_per_param).
-  const double host_bytes = static_cast<double>(W) * (p.h2d_bytes + p.d2h_bytes) +
-                            job.update_bytes_per_param * streamed;
+  // the streamed copy written; JobShape::update_bytes_per_param), of this host's shard.
+  double host_bytes = static_cast<double>(W) * (p.h2d_bytes + p.d2h_bytes) + job.update_bytes_per_param * streamed;
+  if (H > 1) {
+    // Each unit's reduce-scatter and all-gather on the network (the link thread's and
+    // the update thread's, at once), and their bytes in host memory.
+    double network_s = 0.0;
+    for (int u = 0; u < shape.num_units(); ++u) {
+      if (residency.resident(u)) continue;
+      const int64_t n = shape.unit_params[u];
+      p.network_bytes += ReduceScatterBytes(n, H) + AllGatherBytes(n, H, job.param_bytes);
+      network_s += ReduceScatterSeconds(n, job, rates) + AllGatherSeconds(n, job, rates);
+    }
+    p.busy[kResNetwork] = network_s;
+    host_bytes += static_cast<double>(streamed_params) * ExchangeHostBytesPerParam(H, job.param_bytes);
+  }
   // The AdamW kernel's own traffic shows the bandwidth the host reaches at least (a
   // calibration copy counts no read-for-ownership and can read low).
   const double host_gbps =
@@ -686,7 +795,7 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
     const Op& op = r.op(i);
     const double s = std::max(op.start, t0), e = std::min(op.end, t1);
     if (e > s) {
-      const std::string res = op.resource == "landing" ? kResHostMemory : op.resource;
+      const std::string res = op.resource == "landing" || op.resource == kExchangeCopy ? kResHostMemory : op.resource;
       p.critical[res] += e - s;
       if (!path.empty() && path.back().resource == res) {
         path.back().seconds += e - s;
@@ -713,7 +822,9 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
       // compute stream: that is what the GPU waited for.
       for (int c = op.cause; c >= 0; c = r.op(c).cause) {
         if (r.op(c).resource != kResGpu && r.op(c).resource != "step end") {
-          cause = r.op(c).resource == "landing" ? kResD2h : r.op(c).resource;
+          cause = r.op(c).resource == "landing"       ? kResD2h
+                  : r.op(c).resource == kExchangeCopy ? kResNetwork
+                                                      : r.op(c).resource;
           break;
         }
       }
@@ -723,7 +834,12 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
     prev = std::max(prev, op.end);
   }
   p.drain_seconds = std::max(0.0, t1 - prev);
-  if (p.drain_seconds > 0) p.exposed[kResD2h] += p.drain_seconds;
+  if (p.drain_seconds > 0) {
+    // The last landing, or with several hosts the last reduce-scatter over them.
+    const int last = r.op(ends.back()).cause;
+    const bool hosts = last >= 0 && (r.op(last).resource == kResNetwork || r.op(last).resource == kExchangeCopy);
+    p.exposed[hosts ? kResNetwork : kResD2h] += p.drain_seconds;
+  }
 
   // Host memory caps everything that shares it.
   if (p.busy[kResHostMemory] > p.step_seconds) {

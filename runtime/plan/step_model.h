@@ -10,8 +10,14 @@
 // owner broadcasts their parameters and the others reduce their gradient to it over the
 // collective stream; their update runs on the owner's GPU update stream, launched by the
 // update thread ahead of the streamed units' CPU updates, and the next forward waits only
-// for it. Three steps are replayed and the last one is measured: its
-// duration, each resource's busy time, the critical path (walked back through the
+// for it. With several hosts (JobShape::hosts, hosts.count) each host replays its own
+// engine on its rows; a unit that has landed is reduce-scattered over the hosts on the
+// link thread (in landing order, on the network) before it counts as landed, the update
+// thread updates the host's 1/H shard of it and then all-gathers the streamed copy (on
+// the network; the next update and the next forward's fetch wait for that), the
+// exchanges' own copies and sums in host memory (host_group.cc's) count against host
+// memory, and gradients land in fp32. Three steps are replayed and the last one is
+// measured: its duration, each resource's busy time, the critical path (walked back through the
 // dependency that started each operation), the bottleneck (the resource with most time
 // on that path), the GPU's idle time by cause, and the plan's GPU memory.
 // Pure C++ (no LibTorch); stateless functions, any thread.
@@ -39,6 +45,9 @@ inline constexpr const char* kResCpuUpdate = "cpu_update";
 // resident updates run on the update thread (kResCpuUpdate).
 inline constexpr const char* kResGpuUpdate = "gpu_update";
 inline constexpr const char* kResHostMemory = "host_memory";
+// The network between hosts (JobShape::hosts > 1): the reduce-scatter of each landed
+// unit's fp32 gradient and the all-gather of each updated unit's streamed copy.
+inline constexpr const char* kResNetwork = "network";
 
 struct ModelShape {
   int64_t layers = 0;
@@ -58,9 +67,9 @@ struct ModelShape {
 // The shape of `config` with the engine's unit split (runtime/model/param_layout.h).
 ModelShape ShapeOf(const ModelConfig& config);
 
-// The job's batch and the fixed facts of its engine.
+// The job's batch and the fixed facts of its engine, on one host.
 struct JobShape {
-  int64_t sequences = 0;  // global batch, sequences a step
+  int64_t sequences = 0;  // this host's batch, sequences a step (the job's: hosts times it)
   int64_t seq_len = 0;
   int workers = 1;
   bool clip = true;       // optimizer.max_grad_norm > 0
@@ -73,6 +82,9 @@ struct JobShape {
   // optimizer.state_dtype is fp32: units may be resident on a GPU (policy.resident_units
   // needs it).
   bool fp32_moments = true;
+  // Hosts of the job (hosts.count), each running this shape on its own rows and holding
+  // 1/hosts of the master, m and v (the CPU update's work and its host traffic divided).
+  int hosts = 1;
 };
 
 // The knobs a plan sets.
@@ -103,6 +115,11 @@ struct Rates {
   // gradient read, the compute copy written) at HBM bandwidth. On the cpu device the
   // CPU AdamW rate.
   double gpu_update_params_per_s = 1.2e11;
+  // Between hosts (JobShape::hosts > 1): one host's network bandwidth, each direction at
+  // once, GB/s (50: 400 Gb/s; on the cpu device 5, loopback), and the latency of one
+  // exchange (one Gloo collective: a unit's reduce-scatter takes two, its norm's sum).
+  double cross_host_gbps = 50.0;
+  double cross_host_latency_s = 1e-4;
 };
 
 // Rates without measurements: the H200 host's (../GPU_HOST.md, tests/bench/RESULTS.md)
@@ -139,7 +156,8 @@ int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs
 
 // The number of units resident on a GPU for `knobs` (the first ones, forward order;
 // runtime/plan/residency.h places them): policy.resident_units when >= 0 (at most the
-// units). For -1 (auto): none on the cpu device and without fp32 moments; on cuda the
+// units). For -1 (auto): none on the cpu device, without fp32 moments and over several
+// hosts (the engine refuses them there); on cuda the
 // count with the least predicted step time (PredictStep with `rates`) among none and
 // eighths of the most that fit: whose resident bytes (on the rank holding most) and the
 // EstimateMemory of the plan with no kept blocks fit in 90% of `memory_bytes` (all
@@ -153,7 +171,8 @@ int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKn
 // As above with DefaultRates(shape, job).
 int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes);
 
-// Predicted GPU memory of a plan on one worker, in bytes.
+// Predicted GPU memory of a plan on one worker, in bytes. The same for every
+// JobShape::hosts but for the bf16 landing buffers, which several hosts do not use.
 struct MemoryEstimate {
   int64_t slots = 0;         // prefetch_depth + 2 parameter slots of the largest unit
   int64_t grad_buffers = 0;  // fp32 accumulators, landing buffers
@@ -177,7 +196,8 @@ struct StepPrediction {
   double step_seconds = 0.0;       // steady state (the third replayed step)
   double first_step_seconds = 0.0; // the first step, parameters ready at its start
   std::string bottleneck;          // the resource with most time on the critical path
-  std::map<std::string, double> busy;      // resource -> busy seconds a step (per GPU for GPU resources)
+  std::map<std::string, double> busy;      // resource -> busy seconds a step (per GPU for GPU
+                                           // resources; the network's per host, both threads')
   std::map<std::string, double> critical;  // resource -> seconds on the critical path
   std::map<std::string, double> exposed;   // cause -> seconds the GPU's compute stream idles
   double fill_seconds = 0.0;   // step start to the first unit's compute: the previous step's
@@ -186,6 +206,7 @@ struct StepPrediction {
   std::vector<PathSegment> critical_path;  // consecutive segments of one resource merged
   int64_t h2d_bytes = 0;       // per worker and step
   int64_t d2h_bytes = 0;
+  int64_t network_bytes = 0;   // per host and step, sent to the other hosts (as many received)
   int64_t resident_params = 0; // parameters updated on a GPU (resident units); the CPU
                                // update thread updates the others
   MemoryEstimate memory;
@@ -215,7 +236,7 @@ std::vector<StepSchedule::Event> ReplaySlotEvents(const ModelShape& shape, const
                                                   const PlanKnobs& knobs);
 
 // Whether gradients land in bf16 in the streamed copy with these knobs (grad_landing
-// "auto" resolved as runtime/engine/trainer.cc does).
+// "auto" resolved as runtime/engine/trainer.cc does; never over several hosts).
 bool Bf16Landing(const JobShape& job, const PolicyConfig& policy);
 
 }  // namespace slidedp
