@@ -1,4 +1,6 @@
-// HostGroup over c10d's TCPStore and ProcessGroupGloo; see host_group.h. Compiled with
+// HostGroup over c10d's TCPStore and ProcessGroupGloo; see host_group.h. No staging
+// copies of the buffers: the reduce-scatter sends straight from its input, the
+// all-gather broadcasts views of its buffer (host memory traffic is the update's cost). Compiled with
 // USE_C10D_GLOO where LibTorch's Gloo header builds (runtime/CMakeLists.txt).
 #include "runtime/engine/host_group.h"
 
@@ -50,21 +52,26 @@ class GlooHostGroup final : public HostGroup {
 
   absl::Status ReduceScatter(const at::Tensor& in, at::Tensor out) override {
     const int H = options_.hosts;
-    const int64_t n = in.numel(), slice = SliceLength(n, H);
+    const int64_t n = in.numel(), elem = in.element_size();
     try {
-      // Every host sends slice r of its `in` to host r (padded to equal slices).
-      at::Tensor send = at::zeros({slice * H}, in.options());
-      send.narrow(0, 0, n).copy_(in);
-      at::Tensor recv = at::empty({slice * H}, in.options());
-      std::vector<int64_t> equal;
-      pg_->alltoall_base(recv, send, equal, equal)->wait(Millis(options_.timeout_seconds));
-      sent_ += slice * (H - 1) * in.element_size();  // a slice to each other host
-      // recv holds every host's slice `rank`, in host order: sum them in that order.
+      // An all-to-all straight from `in`: host h gets its slice from every host (no
+      // staging copy of `in`, no padding: split sizes), into `recv` in host order.
+      std::vector<int64_t> send_splits, recv_splits;
       const auto [b, e] = SliceOf(n, H, options_.rank);
+      for (int h = 0; h < H; ++h) {
+        const auto [hb, he] = SliceOf(n, H, h);
+        send_splits.push_back(he - hb);
+        recv_splits.push_back(e - b);
+        if (h != options_.rank) sent_ += (he - hb) * elem;
+      }
+      at::Tensor send = in.contiguous();
+      at::Tensor recv = at::empty({(e - b) * H}, in.options());
+      pg_->alltoall_base(recv, send, recv_splits, send_splits)->wait(Millis(options_.timeout_seconds));
+      // Summed in host order: the same bits on every host whatever the timing.
       if (e > b) {
         at::Tensor acc = out.narrow(0, 0, e - b);
         acc.copy_(recv.narrow(0, 0, e - b));
-        for (int h = 1; h < H; ++h) acc.add_(recv.narrow(0, h * slice, e - b));
+        for (int h = 1; h < H; ++h) acc.add_(recv.narrow(0, h * (e - b), e - b));
       }
     } catch (const std::exception& e) {
       return Failed("reduce-scatter", e);
@@ -74,19 +81,20 @@ class GlooHostGroup final : public HostGroup {
 
   absl::Status AllGather(at::Tensor buf) override {
     const int H = options_.hosts;
-    const int64_t n = buf.numel(), slice = SliceLength(n, H), elem = buf.element_size();
+    const int64_t n = buf.numel(), elem = buf.element_size();
     try {
-      // As bytes (Gloo has no bf16), in slices of whole elements.
+      // In place, as bytes (Gloo has no bf16): each host broadcasts its own slice of
+      // `buf` to the others, H broadcasts of views, no staging buffer.
       const at::Tensor bytes = buf.view(at::kByte);
-      at::Tensor padded = at::empty({slice * elem * H}, bytes.options());
-      std::vector<std::vector<at::Tensor>> outs(1);
-      for (int h = 0; h < H; ++h) outs[0].push_back(padded.narrow(0, h * slice * elem, slice * elem));
-      const auto [b, e] = SliceOf(n, H, options_.rank);
-      std::vector<at::Tensor> mine{at::zeros({slice * elem}, bytes.options())};
-      if (e > b) mine[0].narrow(0, 0, (e - b) * elem).copy_(bytes.narrow(0, b * elem, (e - b) * elem));
-      pg_->allgather(outs, mine)->wait(Millis(options_.timeout_seconds));
-      sent_ += slice * elem * (H - 1);  // its slice to each other host
-      bytes.copy_(padded.narrow(0, 0, n * elem));
+      for (int h = 0; h < H; ++h) {
+        const auto [hb, he] = SliceOf(n, H, h);
+        if (he <= hb) continue;  // the same on every host
+        std::vector<at::Tensor> slice{bytes.narrow(0, hb * elem, (he - hb) * elem)};
+        c10d::BroadcastOptions o;
+        o.rootRank = h;
+        pg_->broadcast(slice, o)->wait(Millis(options_.timeout_seconds));
+        if (h == options_.rank) sent_ += (he - hb) * elem * (H - 1);
+      }
     } catch (const std::exception& e) {
       return Failed("all-gather", e);
     }

@@ -3,7 +3,7 @@
 // address:port (host 0 serves it), then the collectives the sharded host state needs on
 // host buffers. Reduce-scatter is an all-to-all of the slices and a sum in host order
 // (Gloo has no reduce-scatter), so that every host gets the same bits whatever the
-// timing. A peer that dies or stops answering fails every call within the timeout
+// timing; all-gather is one broadcast per host of its slice, in place. A peer that dies or stops answering fails every call within the timeout
 // (UNAVAILABLE or DEADLINE_EXCEEDED naming the operation), never a hang.
 // Threads: one caller at a time per group (Channel gives a thread a group of its own),
 // the same calls in the same order on every host.

@@ -130,15 +130,14 @@ double AllGatherSeconds(int64_t numel, const JobShape& job, const Rates& r) {
 
 // Host memory bytes a parameter's exchanges move on each host besides the network's own
 // (what is sent read, what is received written: 8 for the reduce-scatter's fp32, 2e for
-// the all-gather's e bytes an element). The reduce-scatter zeroes and fills its send
-// buffer (12), copies the first received slice into the shard and adds the H - 1 others
-// (8/H + 12 (H-1)/H) and reads the shard for its squared norm (4/H): 24, whatever H.
-// The all-gather stages the host's own slice (3e/H) and copies the gathered buffer back
-// into the streamed copy (2e).
-constexpr double kReduceScatterCopyBytes = 24.0;
-double AllGatherCopyBytes(int hosts, int param_bytes) { return 3.0 * param_bytes / hosts + 2.0 * param_bytes; }
+// the all-gather's e bytes an element). The reduce-scatter sends straight from the
+// gradient and sums the received slices into the shard (reads 4, writes 4/H), then
+// reads the shard for its squared norm (4/H); the all-gather broadcasts views of the
+// streamed copy in place (nothing more).
+double ReduceScatterCopyBytes(int hosts) { return 4.0 + 8.0 / hosts; }
+double AllGatherCopyBytes(int, int) { return 0.0; }
 double ExchangeHostBytesPerParam(int hosts, int param_bytes) {
-  return 8.0 + kReduceScatterCopyBytes + 2.0 * param_bytes + AllGatherCopyBytes(hosts, param_bytes);
+  return 8.0 + ReduceScatterCopyBytes(hosts) + 2.0 * param_bytes + AllGatherCopyBytes(hosts, param_bytes);
 }
 
 // The exchanges' copies and sums in host memory, on the thread that runs the exchange
@@ -423,7 +422,7 @@ void StepReplay::ReduceOverHosts(int u) {
   const int net = r_.Add(kResNetwork, "reduce-scatter " + Name(u) + " over hosts",
                          ReduceScatterSeconds(numel, job_, rates_), {landed_[u]}, host_.t, host_.cause, kLinkLane);
   linker_ = r_.Add(kExchangeCopy, "sum " + Name(u) + " over hosts",
-                   static_cast<double>(numel) * kReduceScatterCopyBytes / (rates_.host_memory_gbps * 1e9), {net},
+                   static_cast<double>(numel) * ReduceScatterCopyBytes(H_) / (rates_.host_memory_gbps * 1e9), {net},
                    host_.t, host_.cause, kLinkLane);
   landed_[u] = linker_;
 }

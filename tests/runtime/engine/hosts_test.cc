@@ -130,12 +130,16 @@ TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
   }
   EXPECT_EQ(shards, total);
   // What each host sends a step (the steps after the first, which has no previous
-  // updates to gather): its fp32 slices of every unit's gradient to the H - 1 others,
-  // its slices of every updated copy (fp32 on the CPU device) to them, each unit's
-  // squared norm and the step's loss (8 bytes each).
-  int64_t want = 8;
-  for (const UnitLayout& u : BuildLayout(c).units) want += (u.numel + H - 1) / H * (H - 1) * (4 + 4) + 8;
+  // updates to gather): every other host's slice of every unit's fp32 gradient to that
+  // host, its own slice of every updated copy (fp32 on the CPU device) to the H - 1
+  // others, each unit's squared norm and the step's loss (8 bytes each).
   for (int r = 0; r < H; ++r) {
+    int64_t want = 8;
+    for (const UnitLayout& u : BuildLayout(c).units) {
+      const int64_t slice = (u.numel + H - 1) / H;
+      const int64_t mine = std::max<int64_t>(0, std::min(u.numel, (r + 1) * slice) - std::min(u.numel, r * slice));
+      want += 4 * (u.numel - mine) + 4 * mine * (H - 1) + 8;
+    }
     for (int s = 1; s < 5; ++s) EXPECT_EQ(sent[r][s], want) << "host " << r << " step " << s + 1;
     EXPECT_LT(sent[r][0], want) << "the first step gathers no previous update";
   }
