@@ -21,7 +21,8 @@ constexpr std::array<const char*, 7> kStateNames = {
 
 // The resources a step-time model names as the bottleneck (StepStats::bottleneck):
 // their slidedp_bottleneck series exist from the start, at 0; others appear when named.
-constexpr std::array<const char*, 6> kBottlenecks = {"h2d", "d2h", "gpu", "cpu_update", "collective", "host_memory"};
+constexpr std::array<const char*, 8> kBottlenecks = {"h2d",         "d2h",        "gpu",     "cpu_update",
+                                                     "collective",  "host_memory", "network", "gpu_update"};
 
 prometheus::Gauge* Gauge(prometheus::Registry& r, const char* name, const char* help,
                          const prometheus::Labels& labels = {}) {
