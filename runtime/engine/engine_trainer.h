@@ -54,7 +54,11 @@ class EngineTrainer final : public Trainer {
   struct HostLinks {
     std::unique_ptr<HostGroup> trainer, link, update;
   };
-  void SetHosts(HostLinks hosts) { hosts_ = std::move(hosts); }
+  void SetHosts(HostLinks hosts) {
+    hosts_ = std::move(hosts);
+    // What was sent before the first step (the rendezvous' measurement) is no step's.
+    if (hosts_.trainer != nullptr) host_bytes_before_ = hosts_.trainer->bytes_sent() + hosts_.link->bytes_sent();
+  }
 
   // Allocates the update pipeline and the workers.
   absl::Status Init();

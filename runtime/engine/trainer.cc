@@ -600,6 +600,40 @@ namespace {
 
 using trainer_internal::EngineTrainer;
 
+struct CrossHostRate {
+  double gbps = 0;             // bytes a host sends a second (1e9) in an all-gather
+  double latency_seconds = 0;  // one small exchange
+};
+
+// Times exchanges between the hosts at job start: a few 8-byte all-reduces (the
+// latency) and all-gathers of 64 MiB (the bandwidth), the fastest of each; every host
+// takes host 0's figures (summed with zeros), so that all predict alike.
+absl::StatusOr<CrossHostRate> MeasureCrossHost(HostGroup& g) {
+  CrossHostRate r;
+  double best_small = 1e30, best_big = 1e30;
+  std::vector<double> one{0.0};
+  at::Tensor big = at::zeros({int64_t{16} << 20}, at::kFloat);
+  for (int i = 0; i < 3; ++i) {
+    double t0 = MonotonicSeconds();
+    if (absl::Status s = g.AllReduceSum(one); !s.ok()) return s;
+    best_small = std::min(best_small, MonotonicSeconds() - t0);
+    const int64_t before = g.bytes_sent();
+    t0 = MonotonicSeconds();
+    if (absl::Status s = g.AllGather(big); !s.ok()) return s;
+    const double t = MonotonicSeconds() - t0;
+    if (t < best_big) {
+      best_big = t;
+      r.gbps = static_cast<double>(g.bytes_sent() - before) / std::max(t, 1e-9) / 1e9;
+    }
+  }
+  r.latency_seconds = best_small;
+  std::vector<double> host0{g.rank() == 0 ? r.gbps : 0.0, g.rank() == 0 ? r.latency_seconds : 0.0};
+  if (absl::Status s = g.AllReduceSum(host0); !s.ok()) return s;
+  r.gbps = host0[0];
+  r.latency_seconds = host0[1];
+  return r;
+}
+
 // The groups of a job over several hosts: the rendezvous, then a channel for each thread.
 absl::StatusOr<EngineTrainer::HostLinks> ConnectHosts(const HostsConfig& h) {
   HostGroupOptions o;
@@ -650,6 +684,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
     absl::StatusOr<EngineTrainer::HostLinks> links = ConnectHosts(config.hosts);
     if (!links.ok()) return links.status();
     hosts = std::move(*links);
+    // The network between the hosts, for the step model (the same figures on every host).
+    absl::StatusOr<CrossHostRate> rate = MeasureCrossHost(*hosts.trainer);
+    if (!rate.ok()) return rate.status();
+    plan.SetCrossHostRate(rate->gbps, rate->latency_seconds);
   }
   MaybeInjectHostAllocationFailure();
   const MomentDtype moments = config.optimizer.state_dtype;

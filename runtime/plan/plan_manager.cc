@@ -73,6 +73,15 @@ void PlanManager::Force(const PlanKnobs& knobs) {
   report_.last_change = absl::StrCat("set by the caller: ", DescribeKnobs(k));
 }
 
+void PlanManager::SetCrossHostRate(double gbps, double latency_seconds) {
+  if (gbps > 0) report_.rates.cross_host_gbps = gbps;
+  if (latency_seconds > 0) report_.rates.cross_host_latency_s = latency_seconds;
+  report_.calibration_notes.push_back(absl::StrFormat(
+      "between the hosts: %.2f GB/s a host sends in an all-gather, %.0f us an exchange",
+      report_.rates.cross_host_gbps, report_.rates.cross_host_latency_s * 1e6));
+  Use(report_.knobs);
+}
+
 void PlanManager::SetKeptBlocks(int64_t kept) {
   if (report_.knobs.policy.kept_blocks == kept) return;
   PlanKnobs k = report_.knobs;

@@ -44,6 +44,11 @@ class PlanManager {
   // (-1), or at most the units.
   void SetResidentUnits(int64_t units);
 
+  // Several hosts: the network between them as the engine measured it at job start
+  // (bytes a host sends a second in an all-gather, and one exchange's latency); the
+  // prediction follows. Also noted in the calibration notes.
+  void SetCrossHostRate(double gbps, double latency_seconds);
+
   // The host state lands gradients in bf16 (true) or fp32: later plans keep to routes
   // that allow it.
   void FixLanding(bool bf16);

@@ -102,6 +102,12 @@ TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
       sent[r].push_back(st->host_bytes_sent);
     }
     state_bytes[r] = (*t)->host_state_bytes();
+    // The network between the hosts was measured at the start and noted in the plan.
+    const PlanReport plan = (*t)->Plan();
+    EXPECT_GT(plan.rates.cross_host_gbps, 0.0);
+    bool noted = false;
+    for (const std::string& n : plan.calibration_notes) noted = noted || n.find("between the hosts") != std::string::npos;
+    EXPECT_TRUE(noted);
     ASSERT_TRUE((*t)->ExportHf(dir + "/hosts").ok());
   });
   std::vector<StepStats> one_stats;
