@@ -400,6 +400,10 @@ JobManager::Boundary JobManager::AtHostsBoundary(const std::string& id, Trainer&
 
 void JobManager::RecordPlan(const std::string& id, const Trainer& trainer) {
   PlanReport plan = trainer.Plan();  // a copy, outside the lock
+  if (options_.metrics != nullptr && plan.available) {
+    options_.metrics->SetResidency(std::max<int64_t>(plan.knobs.policy.resident_units, 0),
+                                   plan.prediction.memory.resident);
+  }
   absl::MutexLock lock(&mu_);
   Find(id)->plan = std::move(plan);
 }

@@ -55,6 +55,9 @@ Metrics::Metrics(const std::string& version)
   workers_ = Gauge(r, "slidedp_workers", "Data-parallel workers of the running or last job");
   hosts_ = Gauge(r, "slidedp_hosts", "Hosts of the running or last job (hosts.count; 1: this host alone)");
   host_rank_ = Gauge(r, "slidedp_host_rank", "This host's rank in the running or last job (hosts.rank)");
+  resident_units_ = Gauge(r, "slidedp_resident_units",
+                          "Units of the running job whose training state lives on its GPUs (policy.resident_units)");
+  resident_bytes_ = Gauge(r, "slidedp_resident_bytes", "GPU bytes of those units on the GPU holding most");
   bottleneck_ = &BuildGauge()
                      .Name("slidedp_bottleneck")
                      .Help("1 for the resource the step-time model names as the bottleneck of "
@@ -219,7 +222,14 @@ void Metrics::RecordStep(const StepStats& s, const StepContext& context) {
   tokens_->Increment(static_cast<double>(s.tokens));
 }
 
+void Metrics::SetResidency(int64_t units, int64_t bytes) {
+  resident_units_->Set(static_cast<double>(units));
+  resident_bytes_->Set(static_cast<double>(bytes));
+}
+
 void Metrics::ClearRates() {
+  resident_units_->Set(0);
+  resident_bytes_->Set(0);
   tokens_per_second_->Set(0);
   mfu_->Set(0);
   predicted_step_duration_->Set(0);

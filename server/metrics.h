@@ -80,6 +80,11 @@ class Metrics {
 
   void SetJobCounts(const JobStateCounts& counts);
 
+  // The running job's units whose training state lives on its GPUs (policy.
+  // resident_units, as the plan runs them) and their bytes on the GPU holding most;
+  // ClearRates sets both to 0.
+  void SetResidency(int64_t units, int64_t bytes);
+
   // The calibrated copy rates per GPU (index = gpu label), exported as
   // slidedp_calibrated_pcie_bytes_per_second from the next step on; GPUs beyond the
   // vector export 0. Called when a job's plan is made (nobody does yet: 0 until then).
@@ -119,6 +124,8 @@ class Metrics {
   prometheus::Gauge* last_step_timestamp_;
   prometheus::Gauge* workers_;
   prometheus::Gauge* hosts_;
+  prometheus::Gauge* resident_units_;
+  prometheus::Gauge* resident_bytes_;
   prometheus::Gauge* host_rank_;
   prometheus::Family<prometheus::Gauge>* bottleneck_;
   prometheus::Gauge* tokens_per_second_;

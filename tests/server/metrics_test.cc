@@ -74,6 +74,18 @@ TEST(MetricsTest, AHostOfSeveralSaysItsRankAndTheMfuCountsEveryHost) {
   }
 }
 
+// Issue 21: the running job's resident units and their GPU bytes, cleared with the rates.
+TEST(MetricsTest, ResidentUnitsAndBytesUntilTheJobStops) {
+  Metrics metrics("1");
+  metrics.SetResidency(7, 123456789);
+  std::string text = metrics.Scrape();
+  EXPECT_NE(text.find("\nslidedp_resident_units 7\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nslidedp_resident_bytes 123456789\n"), std::string::npos) << text;
+  metrics.ClearRates();
+  text = metrics.Scrape();
+  EXPECT_NE(text.find("\nslidedp_resident_units 0\n"), std::string::npos) << text;
+}
+
 bool Has(const std::string& text, const std::string& line) {
   return text.find("\n" + line + "\n") != std::string::npos;
 }
