@@ -5,12 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/runtime/plan/plan_test_shapes.h"
+
 #include "runtime/plan/step_model.h"
 
 namespace slidedp {
 namespace {
 
-constexpr int64_t kH200 = int64_t{143771} << 20;
+using namespace slidedp::testing;  // plan_test_shapes.h
+
 
 ModelConfig Shape(int64_t layers, int64_t hidden, int64_t ffn) {
   ModelConfig m;

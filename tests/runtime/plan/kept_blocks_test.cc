@@ -5,6 +5,8 @@
 // worker's ActivationPolicy resolves for the H200.
 #include <gtest/gtest.h>
 
+#include "tests/runtime/plan/plan_test_shapes.h"
+
 #include <cstdint>
 
 #include "runtime/model/model_config.h"
@@ -16,8 +18,8 @@
 namespace slidedp {
 namespace {
 
-constexpr int64_t kGiB = int64_t{1} << 30;
-constexpr int64_t kH200 = int64_t{143771} << 20;
+using namespace slidedp::testing;  // plan_test_shapes.h
+
 
 ModelShape Qwen3B() { return ShapeOf(*PresetConfig("qwen2.5-3b")); }
 
@@ -224,8 +226,7 @@ TEST(KeptBlocks, WithoutAutoOnlyKeptBlocksLeftToAutoShrinkAfterAnOutOfMemory) {
   c.seq_len = 4096;
   c.micro_batch_size = 4;
   c.grad_accum = 4;
-  auto calibrate = [] { return absl::StatusOr<Calibration>(absl::InternalError("not called")); };
-  absl::StatusOr<PlanManager> plan = PlanManager::Start(m, c, calibrate);
+  absl::StatusOr<PlanManager> plan = UncalibratedPlan(m, c);
   ASSERT_TRUE(plan.ok()) << plan.status();
   plan->SetKeptBlocks(9);  // what the workers resolved
   EXPECT_EQ(plan->knobs().policy.kept_blocks, 9);
@@ -240,7 +241,7 @@ TEST(KeptBlocks, WithoutAutoOnlyKeptBlocksLeftToAutoShrinkAfterAnOutOfMemory) {
   EXPECT_TRUE(absl::IsResourceExhausted(plan->AfterOutOfMemory(oom, 1).status()));
   // A count the job set is the job's: no retry.
   c.policy.kept_blocks = 9;
-  absl::StatusOr<PlanManager> fixed = PlanManager::Start(m, c, calibrate);
+  absl::StatusOr<PlanManager> fixed = UncalibratedPlan(m, c);
   ASSERT_TRUE(fixed.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(fixed->AfterOutOfMemory(oom, 1).status()));
 }

@@ -6,6 +6,8 @@
 // the OOM shrink order and the plan manager's and the worker's counts.
 #include <gtest/gtest.h>
 
+#include "tests/runtime/plan/plan_test_shapes.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -23,24 +25,9 @@
 namespace slidedp {
 namespace {
 
-constexpr int64_t kGiB = int64_t{1} << 30;
-constexpr int64_t kH200 = int64_t{143771} << 20;
+using namespace slidedp::testing;  // plan_test_shapes.h
 
-// 8 blocks of 12M parameters, a 32M embedding, an untied 32M head: 160M in all.
-ModelShape Synthetic() {
-  ModelShape s;
-  s.layers = 8;
-  s.hidden = 1024;
-  s.ffn = 4096;
-  s.heads = 8;
-  s.kv_heads = 8;
-  s.head_dim = 128;
-  s.vocab = 32000;
-  s.unit_params.push_back(32'000'000);
-  for (int l = 0; l < 8; ++l) s.unit_params.push_back(12'000'000);
-  s.unit_params.push_back(32'000'000);
-  return s;
-}
+
 
 ModelShape Qwen3B() { return ShapeOf(*PresetConfig("qwen2.5-3b")); }
 
@@ -404,8 +391,7 @@ TEST(ResidentUnits, ThePlanManagerTakesTheEnginesCountAndHalvesItAfterAnOutOfMem
   c.seq_len = 4096;
   c.micro_batch_size = 4;
   c.grad_accum = 1;
-  auto calibrate = [] { return absl::StatusOr<Calibration>(absl::InternalError("not called")); };
-  absl::StatusOr<PlanManager> plan = PlanManager::Start(m, c, calibrate);
+  absl::StatusOr<PlanManager> plan = UncalibratedPlan(m, c);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->report().units, 38);
   EXPECT_EQ(plan->report().blocks, 36);
@@ -432,7 +418,7 @@ TEST(ResidentUnits, ThePlanManagerTakesTheEnginesCountAndHalvesItAfterAnOutOfMem
   // A count the job set is the job's: no retry.
   c.policy.kept_blocks = 0;
   c.policy.resident_units = 10;
-  absl::StatusOr<PlanManager> fixed = PlanManager::Start(m, c, calibrate);
+  absl::StatusOr<PlanManager> fixed = UncalibratedPlan(m, c);
   ASSERT_TRUE(fixed.ok());
   EXPECT_EQ(fixed->knobs().policy.resident_units, 10);
   EXPECT_TRUE(absl::IsResourceExhausted(fixed->AfterOutOfMemory(oom, 1).status()));

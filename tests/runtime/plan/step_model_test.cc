@@ -5,6 +5,8 @@
 // the re-plan hysteresis, and the model against the H200 figures of RESULTS.md.
 #include <gtest/gtest.h>
 
+#include "tests/runtime/plan/plan_test_shapes.h"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -20,22 +22,8 @@
 namespace slidedp {
 namespace {
 
-// 8 blocks of 12M parameters, a 32M embedding, an untied 32M head: 160M in all.
-ModelShape Synthetic() {
-  ModelShape s;
-  s.layers = 8;
-  s.hidden = 1024;
-  s.ffn = 4096;
-  s.heads = 8;
-  s.kv_heads = 8;
-  s.head_dim = 128;
-  s.vocab = 32000;
-  s.tied = false;
-  s.unit_params.push_back(32'000'000);
-  for (int l = 0; l < 8; ++l) s.unit_params.push_back(12'000'000);
-  s.unit_params.push_back(32'000'000);
-  return s;
-}
+using namespace slidedp::testing;  // plan_test_shapes.h
+
 
 JobShape Job(bool clip = true) {
   JobShape j;
