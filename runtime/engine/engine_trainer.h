@@ -212,5 +212,9 @@ class EngineTrainer final : public Trainer {
   ResumeReport resumed_;
 };
 
+// A job over several hosts (trainer_hosts.cc): meets the others at config.hosts's
+// rendezvous, opens a group per thread and gives `plan` the network it measured.
+absl::StatusOr<EngineTrainer::HostLinks> ConnectHosts(const HostsConfig& hosts, PlanManager& plan);
+
 }  // namespace trainer_internal
 }  // namespace slidedp

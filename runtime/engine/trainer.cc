@@ -1,8 +1,9 @@
 // Trainer on the engine: see trainer.h. Step() splits the global batch across the
 // workers, runs their steps on one thread each, and gathers the step's figures; the
 // update pipeline applies the CPU updates behind it. Here: EngineTrainer's creation, the
-// step, evaluation and checkpoints; its plan changes and out-of-memory retries are in
-// trainer_plan.cc (the class: engine_trainer.h). The job's thread only.
+// step, evaluation and checkpoints; its plan changes, resident units and out-of-memory
+// retries are in trainer_plan.cc, what a job over several hosts adds in trainer_hosts.cc
+// (the class: engine_trainer.h). The job's thread only.
 #include "runtime/engine/trainer.h"
 #include "runtime/engine/clock.h"
 
@@ -36,9 +37,7 @@
 #include "runtime/model/hf_checkpoint.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/plan/job_knobs.h"
-#include "runtime/plan/activation_policy.h"
 #include "runtime/plan/plan_manager.h"
-#include "runtime/plan/residency.h"
 #include "runtime/state/checkpoint.h"
 #include "runtime/state/host_state.h"
 #include "runtime/state/lr_schedule.h"
@@ -136,49 +135,6 @@ absl::Status EngineTrainer::BuildWorkers() {
   return absl::OkStatus();
 }
 
-void EngineTrainer::ResolveAutoCounts(const std::vector<at::Device>& devices) {
-  if (config_.policy.resident_units >= 0 && config_.policy.kept_blocks >= 0) return;
-  // The GPU that can allocate least (the workers' devices are alike).
-  int64_t total = 0, available = 0;
-  for (const at::Device& d : devices) {
-    if (!d.is_cuda()) break;
-    absl::StatusOr<std::unique_ptr<DeviceStreams>> s = DeviceStreams::Create(d, /*timing=*/false);
-    if (!s.ok()) break;
-    const int64_t t = (*s)->MemoryTotal(), a = (*s)->MemoryAvailable();
-    total = total == 0 ? t : std::min(total, t);
-    available = available == 0 ? a : std::min(available, a);
-  }
-  const ActivationPlan plan =
-      ChooseActivations(config_, state_->config(), static_cast<int64_t>(at::elementSize(state_->compute_dtype())),
-                        total, available);
-  if (config_.policy.resident_units < 0) config_.policy.resident_units = plan.resident_units;
-  if (config_.policy.kept_blocks < 0) config_.policy.kept_blocks = plan.kept_blocks;
-}
-
-absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices) {
-  std::vector<int64_t> unit_params;
-  for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
-  const int64_t n = std::max<int64_t>(config_.policy.resident_units, 0);
-  const int compute_bytes = static_cast<int>(at::elementSize(state_->compute_dtype()));
-  const Residency placement = PlaceResident(unit_params, n, config_.workers, compute_bytes);
-  if (placement.units == 0) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<ResidentState>> r = ResidentState::Create(state_.get(), placement, devices);
-  if (!r.ok()) return r.status();
-  resident_ = std::move(*r);
-  shared_->resident = resident_.get();
-  pipeline_->set_resident(resident_.get());
-  return absl::OkStatus();
-}
-
-void EngineTrainer::DropResident() {
-  pipeline_->Drain();
-  if (resident_ == nullptr) return;
-  resident_->ToHost();
-  pipeline_->set_resident(nullptr);
-  if (shared_ != nullptr) shared_->resident = nullptr;
-  resident_.reset();
-}
-
 absl::Status EngineTrainer::SyncHost() {
   pipeline_->Drain();
   if (absl::Status s = pipeline_->status(); !s.ok()) return s;
@@ -201,50 +157,6 @@ absl::Status EngineTrainer::WriteHf(const std::string& dir) {
   return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
     return (*whole)[u].data_ptr<float>() + layout.units[u].params[p].offset;
   }, "F32", int64_t{4} << 30);
-}
-
-absl::StatusOr<std::vector<at::Tensor>> EngineTrainer::WholeMasters() {
-  std::vector<at::Tensor> whole;
-  for (int u = 0; u < state_->num_units(); ++u) {
-    const int64_t sb = state_->shard_begin(u), se = state_->shard_end(u);
-    at::Tensor w = at::zeros({state_->layout().units[u].numel}, at::kFloat);
-    if (se > sb) w.narrow(0, sb, se - sb).copy_(state_->unit(u).master);
-    if (absl::Status s = hosts_.trainer->AllGather(w); !s.ok()) return s;
-    whole.push_back(std::move(w));
-  }
-  return whole;
-}
-
-absl::Status EngineTrainer::GatherParams() {
-  if (hosts_.trainer == nullptr) return absl::OkStatus();
-  for (int u = 0; u < state_->num_units(); ++u) {
-    if (absl::Status s = hosts_.trainer->AllGather(state_->unit(u).params); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<double> EngineTrainer::SumOverHosts(double value) {
-  if (hosts_.trainer == nullptr) return value;
-  std::vector<double> v{value};
-  if (absl::Status s = hosts_.trainer->AllReduceSum(v); !s.ok()) return s;
-  return v[0];
-}
-
-std::string EngineTrainer::HostCheckpointDir(const std::string& dir) const {
-  if (hosts_.trainer == nullptr) return dir;
-  return (std::filesystem::path(dir) / absl::StrCat("host-", hosts_.trainer->rank(), "-of-", hosts_.trainer->hosts()))
-      .string();
-}
-
-std::vector<CheckpointUnit> EngineTrainer::CheckpointUnits() {
-  std::vector<CheckpointUnit> units;
-  for (int u = 0; u < state_->num_units(); ++u) {
-    UnitState& us = state_->unit(u);
-    // This host's shard of the unit (all of it on one host).
-    units.push_back(CheckpointUnit{UnitName(u, state_->num_units()), us.master.numel(), us.master.data_ptr<float>(),
-                                   state_->moments(u)});
-  }
-  return units;
 }
 
 absl::StatusOr<std::string> EngineTrainer::WriteCheckpointNow() {
@@ -286,29 +198,6 @@ absl::StatusOr<std::string> EngineTrainer::WriteCheckpointNow() {
     }
   }
   return path;
-}
-
-absl::Status EngineTrainer::Restore(const std::string& job_from) {
-  if (hosts_.trainer != nullptr && !std::filesystem::is_directory(job_from)) {
-    return absl::InvalidArgumentError(absl::StrCat("resume_from: ", job_from, " is not a folder; a job over ",
-                                                   hosts_.trainer->hosts(),
-                                                   " hosts resumes from its checkpoint folder (each host its shard)"));
-  }
-  absl::Status restored = RestoreHere(HostCheckpointDir(job_from));
-  if (hosts_.trainer == nullptr) return restored;
-  // Every host must continue from the same step: sum the steps and their squares (equal
-  // only when all are equal), a failed restore counting as step -1.
-  const double mine = restored.ok() ? static_cast<double>(step_) : -1.0;
-  std::vector<double> v{mine, mine * mine};
-  if (absl::Status s = hosts_.trainer->AllReduceSum(v); !s.ok()) return s;
-  if (!restored.ok()) return restored;
-  const double H = hosts_.trainer->hosts();
-  if (v[0] != H * mine || v[1] != H * mine * mine) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "resume_from: host ", hosts_.trainer->rank(), " found step ", step_,
-        " but not every host has a checkpoint of that step (or one failed to restore)"));
-  }
-  return GatherParams();
 }
 
 absl::Status EngineTrainer::RestoreHere(const std::string& from) {
@@ -600,61 +489,6 @@ namespace {
 
 using trainer_internal::EngineTrainer;
 
-struct CrossHostRate {
-  double gbps = 0;             // bytes a host sends a second (1e9) in an all-gather
-  double latency_seconds = 0;  // one small exchange
-};
-
-// Times exchanges between the hosts at job start: a few 8-byte all-reduces (the
-// latency) and all-gathers of 64 MiB (the bandwidth), the fastest of each; every host
-// takes host 0's figures (summed with zeros), so that all predict alike.
-absl::StatusOr<CrossHostRate> MeasureCrossHost(HostGroup& g) {
-  CrossHostRate r;
-  double best_small = 1e30, best_big = 1e30;
-  std::vector<double> one{0.0};
-  at::Tensor big = at::zeros({int64_t{16} << 20}, at::kFloat);
-  for (int i = 0; i < 3; ++i) {
-    double t0 = MonotonicSeconds();
-    if (absl::Status s = g.AllReduceSum(one); !s.ok()) return s;
-    best_small = std::min(best_small, MonotonicSeconds() - t0);
-    const int64_t before = g.bytes_sent();
-    t0 = MonotonicSeconds();
-    if (absl::Status s = g.AllGather(big); !s.ok()) return s;
-    const double t = MonotonicSeconds() - t0;
-    if (t < best_big) {
-      best_big = t;
-      r.gbps = static_cast<double>(g.bytes_sent() - before) / std::max(t, 1e-9) / 1e9;
-    }
-  }
-  r.latency_seconds = best_small;
-  std::vector<double> host0{g.rank() == 0 ? r.gbps : 0.0, g.rank() == 0 ? r.latency_seconds : 0.0};
-  if (absl::Status s = g.AllReduceSum(host0); !s.ok()) return s;
-  r.gbps = host0[0];
-  r.latency_seconds = host0[1];
-  return r;
-}
-
-// The groups of a job over several hosts: the rendezvous, then a channel for each thread.
-absl::StatusOr<EngineTrainer::HostLinks> ConnectHosts(const HostsConfig& h) {
-  HostGroupOptions o;
-  o.address = h.address;
-  o.port = h.port;
-  o.hosts = h.count;
-  o.rank = h.rank;
-  o.timeout_seconds = h.timeout_seconds;
-  absl::StatusOr<std::unique_ptr<HostGroup>> trainer = HostGroup::Connect(o);
-  if (!trainer.ok()) return trainer.status();
-  EngineTrainer::HostLinks links;
-  absl::StatusOr<std::unique_ptr<HostGroup>> link = (*trainer)->Channel("link");
-  if (!link.ok()) return link.status();
-  absl::StatusOr<std::unique_ptr<HostGroup>> update = (*trainer)->Channel("update");
-  if (!update.ok()) return update.status();
-  links.trainer = std::move(*trainer);
-  links.link = std::move(*link);
-  links.update = std::move(*update);
-  return links;
-}
-
 // Builds the engine for `config` (the knobs of `plan` applied to `requested`), on the
 // datasets of `inputs` where given.
 absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& requested, const TrainConfig& config,
@@ -681,13 +515,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   // Several hosts: meet the others first (a host that does not come fails the job here).
   EngineTrainer::HostLinks hosts;
   if (config.hosts.count > 1) {
-    absl::StatusOr<EngineTrainer::HostLinks> links = ConnectHosts(config.hosts);
+    absl::StatusOr<EngineTrainer::HostLinks> links = trainer_internal::ConnectHosts(config.hosts, plan);
     if (!links.ok()) return links.status();
     hosts = std::move(*links);
-    // The network between the hosts, for the step model (the same figures on every host).
-    absl::StatusOr<CrossHostRate> rate = MeasureCrossHost(*hosts.trainer);
-    if (!rate.ok()) return rate.status();
-    plan.SetCrossHostRate(rate->gbps, rate->latency_seconds);
   }
   MaybeInjectHostAllocationFailure();
   const MomentDtype moments = config.optimizer.state_dtype;

@@ -1,6 +1,7 @@
-// EngineTrainer's plan changes (engine_trainer.h): UsePlan's forced plans, the
-// policy's re-plans and, with policy.auto, the shrinking of a plan after a GPU out of
-// memory so that the same step can run again. Step() in trainer.cc calls in here; the
+// EngineTrainer's plan changes (engine_trainer.h): the counts left to auto and the units
+// resident on the GPUs for a plan, UsePlan's forced plans, the policy's re-plans and,
+// with policy.auto, the shrinking of a plan after a GPU out of memory so that the same
+// step can run again. Step() in trainer.cc calls in here; the
 // job's thread only.
 #include <exception>
 #include <string>
@@ -11,13 +12,59 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/engine_trainer.h"
 #include "runtime/engine/exception_status.h"
+#include "runtime/engine/resident_state.h"
 #include "runtime/engine/routes.h"
+#include "runtime/plan/activation_policy.h"
+#include "runtime/plan/residency.h"
 #include "runtime/plan/job_knobs.h"
 #include "runtime/plan/plan_manager.h"
 #include "runtime/train_config.h"
 
 namespace slidedp {
 namespace trainer_internal {
+
+void EngineTrainer::ResolveAutoCounts(const std::vector<at::Device>& devices) {
+  if (config_.policy.resident_units >= 0 && config_.policy.kept_blocks >= 0) return;
+  // The GPU that can allocate least (the workers' devices are alike).
+  int64_t total = 0, available = 0;
+  for (const at::Device& d : devices) {
+    if (!d.is_cuda()) break;
+    absl::StatusOr<std::unique_ptr<DeviceStreams>> s = DeviceStreams::Create(d, /*timing=*/false);
+    if (!s.ok()) break;
+    const int64_t t = (*s)->MemoryTotal(), a = (*s)->MemoryAvailable();
+    total = total == 0 ? t : std::min(total, t);
+    available = available == 0 ? a : std::min(available, a);
+  }
+  const ActivationPlan plan =
+      ChooseActivations(config_, state_->config(), static_cast<int64_t>(at::elementSize(state_->compute_dtype())),
+                        total, available);
+  if (config_.policy.resident_units < 0) config_.policy.resident_units = plan.resident_units;
+  if (config_.policy.kept_blocks < 0) config_.policy.kept_blocks = plan.kept_blocks;
+}
+
+absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices) {
+  std::vector<int64_t> unit_params;
+  for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
+  const int64_t n = std::max<int64_t>(config_.policy.resident_units, 0);
+  const int compute_bytes = static_cast<int>(at::elementSize(state_->compute_dtype()));
+  const Residency placement = PlaceResident(unit_params, n, config_.workers, compute_bytes);
+  if (placement.units == 0) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<ResidentState>> r = ResidentState::Create(state_.get(), placement, devices);
+  if (!r.ok()) return r.status();
+  resident_ = std::move(*r);
+  shared_->resident = resident_.get();
+  pipeline_->set_resident(resident_.get());
+  return absl::OkStatus();
+}
+
+void EngineTrainer::DropResident() {
+  pipeline_->Drain();
+  if (resident_ == nullptr) return;
+  resident_->ToHost();
+  pipeline_->set_resident(nullptr);
+  if (shared_ != nullptr) shared_->resident = nullptr;
+  resident_.reset();
+}
 
 absl::Status EngineTrainer::ApplyKnobs(const PlanKnobs& knobs) {
   pipeline_->Drain();
