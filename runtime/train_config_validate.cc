@@ -175,8 +175,9 @@ Check CheckHosts(const TrainConfig& c) {
   if (Check p = InRange("hosts.count", h.count, 1, 1024)) return p;
   if (Check p = InRange("hosts.rank", h.rank, 0, h.count - 1)) return p;
   if (Check p = InRange("hosts.port", h.port, 1, 65535)) return p;
-  const bool timeout_ok = h.timeout_seconds > 0 && std::isfinite(h.timeout_seconds);
-  if (Check p = Real("hosts.timeout_seconds", h.timeout_seconds, timeout_ok, "> 0 and finite")) return p;
+  // At most a day: the exchanges' deadlines are milliseconds in an int64.
+  const bool timeout_ok = h.timeout_seconds > 0 && h.timeout_seconds <= 86400;
+  if (Check p = Real("hosts.timeout_seconds", h.timeout_seconds, timeout_ok, "> 0 and at most 86400")) return p;
   if (h.count == 1) return std::nullopt;
   if (h.address.empty()) return Problem{"hosts.address", "must name host 0 (its address) when hosts.count > 1"};
   if (c.optimizer.state_dtype == MomentDtype::kInt8) {

@@ -396,6 +396,16 @@ TEST(TrainConfigErrorTest, EveryValidationRuleNamesItsField) {
       {"eval_interval: -1", "eval_interval"},
       {"eval_interval: 10", "eval_interval"},
       {"eval_batches: 0", "eval_batches"},
+      {"hosts: {count: 0}", "hosts.count"},
+      {"hosts: {count: 2, rank: 2, address: h0}", "hosts.rank"},
+      {"hosts: {count: 2}", "hosts.address"},
+      {"hosts: {port: 70000}", "hosts.port"},
+      {"hosts: {timeout_seconds: 0}", "hosts.timeout_seconds"},
+      {"hosts: {timeout_seconds: 1.0e300}", "hosts.timeout_seconds"},
+      {"hosts: {count: 2, address: h0}\npolicy: {resident_units: 2}", "policy.resident_units"},
+      {"hosts: {count: 2, address: h0}\npolicy: {grad_landing: bf16}", "policy.grad_landing"},
+      {"hosts: {count: 2, address: h0}\noptimizer: {state_dtype: int8}\npolicy: {chunk_elems: 256}",
+       "optimizer.state_dtype"},
   };
   for (const auto& [text, field] : cases) {
     SCOPED_TRACE(text);
