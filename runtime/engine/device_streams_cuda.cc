@@ -36,7 +36,12 @@ class CudaStreams final : public DeviceStreams {
         streams_{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_),
                  c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_),
                  c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_),
-                 c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_)} {}
+                 c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_)} {
+    // The caching allocator's statistics (Memory*) exist once LibTorch has initialized
+    // CUDA, which its first allocation does; before it they throw "Invalid device
+    // argument" (the policy asks for the free memory before anything is allocated).
+    (void)at::empty({1}, at::TensorOptions().dtype(at::kByte).device(device));
+  }
 
   bool is_cuda() const override { return true; }
 
