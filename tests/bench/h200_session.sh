@@ -7,7 +7,7 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw moments4
-# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4 res7b res7b16 resbudget
+# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
@@ -30,6 +30,11 @@ step() { # NAME CAP CMD...: runs CMD with at most CAP seconds (less if the budge
   return $rc
 }
 export LD_LIBRARY_PATH=/opt/slidedp-deps/usr/lib/x86_64-linux-gnu
+# The pip LibTorch here exports its statically linked copy of std::filesystem
+# (pytorch/pytorch#133437); programs that find libtorch.so before libstdc++ bind to it
+# and crash in remove_all and the directory iterators. libstdc++ first, for the
+# programs of this session (built ones and Python alike).
+LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6 2>/dev/null) && [ -f "$LD_PRELOAD" ] && export LD_PRELOAD || unset LD_PRELOAD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.txt" 2>&1
 free -g >> "$R/gpu.txt"
 B=build-gpu/tests/bench
@@ -169,6 +174,10 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-7b --batch 1 --seq 4096 2>&1 | grep RESULT' ;;
     res7b16) TAILN=6 step res7b16 240 $B/step_bench --model=qwen2.5-7b --prefetch=2 --steps=3 --micro_batch_size=4 \
              --grad_accum=4 --sweep=resident_units:0,-1 ;;
+    # The policy's choice at 7B 4 x 4096 (res7b) against hand-picked mixes of kept blocks and resident units.
+    res7bgrid) TAILN=8 step res7bgrid 200 bash -c '
+           '"$B"'/step_bench --model=qwen2.5-7b --prefetch=2 --steps=3 --micro_batch_size=1 --grad_accum=4 \
+             --kept_blocks=${GRID_KEPT:-8} --sweep=resident_units:${GRID_RESIDENT:-12,16,20} | grep -E "mean of"' ;;
     resbudget) TAILN=12 step resbudget 400 $B/step_bench --model=qwen2.5-7b --prefetch=2 --steps=3 --micro_batch_size=2 \
              --grad_accum=4 --sweep=gpu_memory_budget_bytes:24e9,48e9,96e9,0 ;;
     # Issue 24 on one GPU host: the 3.09B shape at 4 x 4096 as one host, then as two
