@@ -69,7 +69,8 @@ struct PolicyConfig {
   ParamRoute param_route = ParamRoute::kReplicate;
   GradRoute grad_route = GradRoute::kGatherHost;
   // Where layer inputs wait for backward: device | host | auto (host when one step's
-  // inputs would take more than 40% of the GPU's memory).
+  // inputs would take more than 40% of the GPU's memory, or the least plan keeping them
+  // there is predicted over policy.gpu_memory_budget_bytes; activation_policy.h).
   ActivationPlacement activations = ActivationPlacement::kAuto;
   int64_t loss_chunk_tokens = 1024;         // sequence positions per LM-head chunk
   // Sequence positions per MLP tile (its [rows, tile, FFN] intermediates are the largest

@@ -26,7 +26,9 @@ struct ActivationPlan {
 // `element_bytes`: of the compute dtype. `device_memory`: the device's total bytes, 0 on
 // the CPU device (which never offloads: its "device" memory is host memory).
 //  - activations "auto": offload when one step's layer inputs (layers x sequences x
-//    positions x hidden) would take more than 40% of the memory they may use.
+//    positions x hidden) would take more than 40% of the memory they may use, or, with
+//    a budget, when the least plan keeping them on the GPU (nothing resident, no kept
+//    graph) is predicted over it (step_model.h's EstimateMemory).
 //  - mlp_tile_tokens 0: AutoMlpTile with one intermediate under 1 GiB, and under 1/32 of
 //    the budget when one is set.
 //  - resident_units -1: step_model.h's ResidentUnits within MemoryBudget(budget,

@@ -7,6 +7,7 @@
 
 #include "tests/runtime/plan/plan_test_shapes.h"
 
+#include "runtime/plan/job_knobs.h"
 #include "runtime/plan/step_model.h"
 
 namespace slidedp {
@@ -56,6 +57,39 @@ TEST(ActivationPolicy, LongSequencesTileTheMlpAndOffloadWhenTheBudgetIsSmall) {
   const ActivationPlan small = ChooseActivations(capped, k7B, 2, kH200);
   EXPECT_LE(small.mlp_tile * 18944 * 2, (int64_t{8} << 30) / 32);
   EXPECT_LT(small.mlp_tile, on_gpu.mlp_tile);
+}
+
+// Issue 21's budget sweep on the H200 (7.62B, 8 x 4096 in micro-batches of 2): with a
+// 24 GB budget the least plan with inputs on the GPU (nothing resident, no kept graph) is
+// predicted at 30.7 GB and peaked at 25.4 GB: over the budget. Its inputs (6.6 GB, under
+// 40% of it) now wait in host memory; at 48 GB they stay.
+TEST(ActivationPolicy, InputsGoToTheHostWhenTheLeastPlanOnTheGpuExceedsTheBudget) {
+  TrainConfig c = Job(4096, 2, 4);
+  c.device = DeviceKind::kCuda;
+  c.compute_dtype = ComputeDtype::kBf16;
+  c.policy.prefetch_depth = 2;
+  const ModelConfig m = *PresetConfig("qwen2.5-7b");
+  c.policy.gpu_memory_budget_bytes = 24'000'000'000;
+  const ActivationPlan small = ChooseActivations(c, m, 2, kH200);
+  EXPECT_TRUE(small.offload_inputs);
+  EXPECT_EQ(small.resident_units, 0);
+  EXPECT_EQ(small.kept_blocks, 0);
+  PlanKnobs least = KnobsOf(c);
+  least.policy.resident_units = 0;
+  least.policy.kept_blocks = 0;
+  JobShape job = JobShapeOf(c);
+  job.param_bytes = 2;
+  least.policy.activations = ActivationPlacement::kDevice;
+  const int64_t on_gpu = EstimateMemory(ShapeOf(m), job, least).total;
+  least.policy.activations = ActivationPlacement::kHost;
+  EXPECT_GT(on_gpu, c.policy.gpu_memory_budget_bytes);
+  EXPECT_LT(EstimateMemory(ShapeOf(m), job, least).total, on_gpu);
+  c.policy.gpu_memory_budget_bytes = 48'000'000'000;
+  EXPECT_FALSE(ChooseActivations(c, m, 2, kH200).offload_inputs);
+  // The job's placement still wins.
+  c.policy.gpu_memory_budget_bytes = 24'000'000'000;
+  c.policy.activations = ActivationPlacement::kDevice;
+  EXPECT_FALSE(ChooseActivations(c, m, 2, kH200).offload_inputs);
 }
 
 TEST(ActivationPolicy, TheJobsChoicesWinAndTheCpuDeviceNeverOffloadsByItself) {
