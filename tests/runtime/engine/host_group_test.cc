@@ -84,6 +84,43 @@ TEST(HostGroup, CollectivesOfThreeHosts) {
   });
 }
 
+// The sum is ((s0 + s1) + s2) + s3 in fp32, whatever host computes it, also when the
+// output is the host's own slice of the input (as the pipeline calls it: the gradient
+// reduced in place), over repeated calls (the scratch kept between them) and in
+// stripes over several connections (large exchanges, the all-gather too). Values
+// whose sum depends on the order: 1e8, 1, -1e8, 1 give 1 in host order (0 + ... the
+// other orders give 0 or 2).
+TEST(HostGroup, ReduceScatterSumsInHostOrderInPlaceAndStripesLargeExchanges) {
+#ifndef SLIDEDP_WITH_GLOO
+  GTEST_SKIP() << "a build without Gloo";
+#endif
+  const int H = 4;
+  const float term[H] = {1e8f, 1.0f, -1e8f, 1.0f};
+  const float expected = ((term[0] + term[1]) + term[2]) + term[3];
+  ASSERT_EQ(expected, 1.0f);
+  OnHosts(H, 30, [&](HostGroup& g) {
+    for (int round = 0; round < 2; ++round) {
+      // 3M + 5 elements: 3 MiB slices, cut in stripes across the connections.
+      for (const int64_t n : {int64_t{9}, int64_t{4000}, (int64_t{3} << 20) + 5}) {
+        at::Tensor in = at::full({n}, term[g.rank()]);
+        const auto [b, e] = SliceOf(n, H, g.rank());
+        ASSERT_TRUE(g.ReduceScatter(in, in.narrow(0, b, e - b)).ok());
+        EXPECT_TRUE(at::equal(in.narrow(0, b, e - b), at::full({e - b}, expected))) << g.rank() << " " << n;
+        // Elsewhere `in` is as it was.
+        if (b > 0) EXPECT_TRUE(at::equal(in.narrow(0, 0, b), at::full({b}, term[g.rank()])));
+      }
+    }
+    // An all-gather of bf16 in stripes: 5M + 3 elements, 2.5 MiB slices.
+    const int64_t n = (int64_t{5} << 20) + 3;
+    const at::Tensor want = (at::arange(n, at::kFloat).remainder(251.0f)).to(at::kBFloat16);
+    at::Tensor buf = at::zeros({n}, at::kBFloat16);
+    const auto [b, e] = SliceOf(n, H, g.rank());
+    buf.narrow(0, b, e - b).copy_(want.narrow(0, b, e - b));
+    ASSERT_TRUE(g.AllGather(buf).ok());
+    EXPECT_TRUE(at::equal(buf, want));
+  });
+}
+
 TEST(HostGroup, AHostThatNeverJoinsFailsTheRendezvousWithinTheTimeout) {
 #ifndef SLIDEDP_WITH_GLOO
   GTEST_SKIP() << "a build without Gloo";
