@@ -26,6 +26,7 @@ UpdatePipeline::UpdatePipeline(HostState* state, const TrainConfig& config)
 UpdatePipeline::~UpdatePipeline() {
   Drain();
   link_executor_.reset();
+  gather_executor_.reset();
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -176,6 +177,7 @@ void UpdatePipeline::set_hosts(HostGroup* link, HostGroup* gather) {
   link_ = link;
   gather_ = gather;
   if (link != nullptr && link_executor_ == nullptr) link_executor_ = std::make_unique<SerialExecutor>(/*inline_mode=*/false);
+  if (gather != nullptr && gather_executor_ == nullptr) gather_executor_ = std::make_unique<SerialExecutor>(/*inline_mode=*/false);
 }
 
 int64_t UpdatePipeline::TakeGatheredBytes(int64_t step) {
@@ -235,13 +237,6 @@ void UpdatePipeline::Loop() {
         failed = absl::InternalError(absl::StrCat("the update of ", UnitName(t.unit, units_), " in step ", t.step + 1,
                                                   " failed: ", e.what()));
       }
-      // Several hosts: each updated its shard of the streamed copy; the others' come now.
-      if (failed.ok() && gather_ != nullptr) {
-        const int64_t before = gather_->bytes_sent();
-        failed = gather_->AllGather(state_->unit(t.unit).params);
-        absl::MutexLock lock(&mu_);
-        gathered_bytes_[t.step] += gather_->bytes_sent() - before;
-      }
     } else if (!state_->fp32_grad() && !on_gpu) {
       // The streamed copy holds the discarded gradient: restore the weights.
       state_->RefreshParams(t.unit, 0, state_->layout().units[t.unit].numel);
@@ -253,12 +248,36 @@ void UpdatePipeline::Loop() {
                                t.skip ? " (skipped)" : ""),
                   t0, t0 + busy);
     }
+    if (failed.ok() && !t.skip && gather_ != nullptr) {
+      // Several hosts: each updated its shard of the streamed copy; the others' come
+      // on the gather's thread, in this (landing) order, while this thread updates the
+      // next unit; the unit is ready once they have come.
+      {
+        absl::MutexLock lock(&mu_);
+        busy_seconds_ += busy;
+      }
+      gather_executor_->Push([this, t] {
+        const int64_t before = gather_->bytes_sent();
+        const absl::Status s = gather_->AllGather(state_->unit(t.unit).params);
+        return Gathered(t, s, gather_->bytes_sent() - before);
+      });
+      continue;
+    }
     absl::MutexLock lock(&mu_);
     if (!failed.ok() && failed_.ok()) failed_ = failed;
     version_[t.unit] = t.step + 1;
     busy_seconds_ += busy;
     --pending_;
   }
+}
+
+absl::Status UpdatePipeline::Gathered(const Task& t, const absl::Status& s, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  gathered_bytes_[t.step] += bytes;
+  if (!s.ok() && failed_.ok()) failed_ = s;
+  version_[t.unit] = t.step + 1;
+  --pending_;
+  return absl::OkStatus();  // a failure fails the step (status()); later gathers still count down
 }
 
 void UpdatePipeline::Apply(const Task& t) {

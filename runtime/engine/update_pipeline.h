@@ -6,7 +6,9 @@
 // lowest unit, which the next forward needs soonest). It publishes a version per unit so that workers
 // start a unit's next forward only after its update.
 // Threads: GradLanded/WaitParamsReady from worker threads, BeginStep/Drain/Summary from
-// the trainer's thread, the updates on the pipeline's own thread.
+// the trainer's thread, the updates on the pipeline's own thread; over several hosts,
+// the reduce-scatters on the link's thread and the all-gathers of updated copies on the
+// gather's (each in landing order, the same on every host).
 #pragma once
 
 #include <cstdint>
@@ -108,6 +110,9 @@ class UpdatePipeline {
   void Landed(int u, int64_t step, double sumsq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The link's task for unit `u`: reduce-scatter over the hosts, the norm summed.
   absl::Status ReduceOverHosts(int u, int64_t step);
+  // The gather's task for an applied update `t` is done (`s`, `bytes` sent): the unit
+  // is ready for the next forward.
+  absl::Status Gathered(const Task& t, const absl::Status& s, int64_t bytes);
   void Enqueue(const Task& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -139,6 +144,7 @@ class UpdatePipeline {
   HostGroup* link_ = nullptr;
   HostGroup* gather_ = nullptr;
   std::unique_ptr<SerialExecutor> link_executor_;
+  std::unique_ptr<SerialExecutor> gather_executor_;  // several hosts: the updated copies' all-gathers
   std::thread thread_;
 };
 
