@@ -102,6 +102,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   absl::StatusOr<PathPolicy> paths = PathPolicy::Create(options.roots);
   if (!paths.ok()) return paths.status();
   d->paths_ = std::make_unique<PathPolicy>(*std::move(paths));
+  absl::StatusOr<PeerPolicy> peers = PeerPolicy::Create(options.hosts_allow);
+  if (!peers.ok()) return peers.status();
+  d->peers_ = std::make_unique<PeerPolicy>(*std::move(peers));
   absl::StatusOr<std::unique_ptr<JobStore>> store =
       JobStore::Open((std::filesystem::path(options.state_dir) / "jobs.db").string());
   if (!store.ok()) return store.status();
@@ -119,7 +122,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   jobs.store = d->store_.get();
   jobs.trainer_factory = options.trainer_factory;
   const PathPolicy* policy = d->paths_.get();
-  jobs.translator = [policy](const v1::JobSpec& spec) { return StoredSpecToTrainConfig(spec, *policy); };
+  const PeerPolicy* peer_policy = d->peers_.get();
+  jobs.translator = [policy, peer_policy](const v1::JobSpec& spec) {
+    return StoredSpecToTrainConfig(spec, *policy, *peer_policy);
+  };
   jobs.metrics = d->metrics_.get();
   jobs.peak_flops_per_worker = options.peak_flops_per_worker;
   absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::Start(std::move(jobs));
@@ -145,7 +151,7 @@ absl::Status Daemon::StartGrpc(const DaemonOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
   service_ = std::make_unique<TrainingServiceImpl>(
-      ServiceOptions{jobs_.get(), paths_.get(), token, options.version, options.rpc_nice});
+      ServiceOptions{jobs_.get(), paths_.get(), token, options.version, options.rpc_nice, peers_.get()});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "server/job_manager.h"
 #include "server/path_policy.h"
+#include "server/peer_policy.h"
 
 namespace grpc {
 class Server;
@@ -28,6 +29,7 @@ struct DaemonOptions {
   std::string metrics_listen = "127.0.0.1:9464";  // HOST:PORT; empty: no metrics endpoint
   std::string state_dir;                   // required; created if missing
   PathRoots roots;
+  std::vector<std::string> hosts_allow;    // PeerPolicy entries; empty: no job of several hosts
   std::string tls_cert_file;               // PEM; with tls_key_file: TLS
   std::string tls_key_file;
   std::string token_file;                  // bearer token required of every call when set
@@ -60,6 +62,7 @@ class Daemon {
 
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<PathPolicy> paths_;
+  std::unique_ptr<PeerPolicy> peers_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<JobManager> jobs_;

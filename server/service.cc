@@ -122,7 +122,7 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::SubmitJob(grpc::CallbackServerCon
                                                          v1::Job* response) {
   return Unary(context, [&]() -> absl::Status {
     if (absl::Status s = CheckAuth(*context); !s.ok()) return s;
-    absl::StatusOr<TrainConfig> config = JobSpecToTrainConfig(request->spec(), *options_.paths);
+    absl::StatusOr<TrainConfig> config = JobSpecToTrainConfig(request->spec(), *options_.paths, *options_.peers);
     if (!config.ok()) return config.status();
     if (absl::Status s = AdmitAtSubmit(*config); !s.ok()) return s;
     return Assign(options_.jobs->Submit(SpecAsSubmitted(request->spec())), response);

@@ -9,6 +9,7 @@
 
 #include "server/job_manager.h"
 #include "server/path_policy.h"
+#include "server/peer_policy.h"
 #include "slidedp/v1/service.grpc.pb.h"
 
 namespace slidedp::server {
@@ -19,6 +20,7 @@ struct ServiceOptions {
   std::string bearer_token;            // empty: no token required
   std::string version;
   int rpc_nice = 0;  // nice added to each gRPC thread that runs a handler (thread_priority.h)
+  const PeerPolicy* peers = &PeerPolicy::None();  // the hosts jobs of several hosts may name; outlives the service
 };
 
 class TrainingServiceImpl final : public v1::TrainingService::CallbackService {

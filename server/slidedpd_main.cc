@@ -39,6 +39,11 @@ ABSL_FLAG(std::vector<std::string>, data_roots, {},
 ABSL_FLAG(std::vector<std::string>, output_roots, {},
           "Comma-separated directories under which checkpoint_dir and output_dir must lie. "
           "Empty: no checkpoints or exports");
+ABSL_FLAG(std::vector<std::string>, hosts_allow, {},
+          "Comma-separated rendezvous addresses a job of several hosts may name in "
+          "hosts.address: ADDRESS (any port from 1024) or ADDRESS:PORT ([V6]:PORT). The "
+          "daemon connects there, or listens on the port as host 0. Empty: jobs of several "
+          "hosts are refused");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (chain); with --tls_key enables TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, token_file, "",
@@ -110,6 +115,7 @@ int main(int argc, char** argv) {
   options.roots.model = absl::GetFlag(FLAGS_model_roots);
   options.roots.data = absl::GetFlag(FLAGS_data_roots);
   options.roots.output = absl::GetFlag(FLAGS_output_roots);
+  options.hosts_allow = absl::GetFlag(FLAGS_hosts_allow);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.token_file = absl::GetFlag(FLAGS_token_file);

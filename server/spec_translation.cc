@@ -169,7 +169,8 @@ TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& spec) { return Spec
 namespace {
 
 // The translation and the path checks, then (with `validate`) ValidateTrainConfig.
-absl::StatusOr<TrainConfig> Translate(const v1::JobSpec& spec, const PathPolicy& paths, bool validate) {
+absl::StatusOr<TrainConfig> Translate(const v1::JobSpec& spec, const PathPolicy& paths, const PeerPolicy& peers,
+                                      bool validate) {
   if (absl::Status s = CheckSpecWellFormed(spec); !s.ok()) return s;
   absl::Status named = absl::OkStatus();  // an enumeration's unknown name
   TrainConfig config = SpecToConfig(spec, &named);
@@ -178,6 +179,8 @@ absl::StatusOr<TrainConfig> Translate(const v1::JobSpec& spec, const PathPolicy&
   // validation included) looks at what lies there.
   if (absl::Status s = CheckPaths(paths, &config); !s.ok()) return s;
   if (absl::Status s = CheckPathsAreText(config); !s.ok()) return s;
+  // Likewise the rendezvous: no connection is opened to a host the daemon does not allow.
+  if (absl::Status s = peers.Check(config.hosts); !s.ok()) return s;
   if (!validate) return config;
   if (absl::Status s = ValidateTrainConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(s.message());
@@ -187,12 +190,14 @@ absl::StatusOr<TrainConfig> Translate(const v1::JobSpec& spec, const PathPolicy&
 
 }  // namespace
 
-absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths) {
-  return Translate(spec, paths, /*validate=*/true);
+absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths,
+                                                 const PeerPolicy& peers) {
+  return Translate(spec, paths, peers, /*validate=*/true);
 }
 
-absl::StatusOr<TrainConfig> StoredSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths) {
-  return Translate(spec, paths, /*validate=*/false);
+absl::StatusOr<TrainConfig> StoredSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths,
+                                                    const PeerPolicy& peers) {
+  return Translate(spec, paths, peers, /*validate=*/false);
 }
 
 v1::JobSpec TrainConfigToJobSpec(const TrainConfig& config) { return ConfigToSpec(config); }

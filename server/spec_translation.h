@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/train_config.h"
 #include "server/path_policy.h"
+#include "server/peer_policy.h"
 #include "slidedp/v1/job.pb.h"
 
 namespace slidedp::server {
@@ -19,16 +20,18 @@ absl::Status CheckSpecWellFormed(const v1::JobSpec& spec);
 
 // The TrainConfig `spec` asks for: defaults applied, ValidateTrainConfig passed
 // (INVALID_ARGUMENT naming the field), the model a preset or a directory under the
-// model roots, data/checkpoint/output paths under their roots (PERMISSION_DENIED
-// otherwise) and made canonical.
-absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec,
-                                                 const PathPolicy& paths);
+// model roots, data/checkpoint/output paths under their roots and, for a job of several
+// hosts, its rendezvous allowed by `peers` (PERMISSION_DENIED otherwise), the paths made
+// canonical.
+absl::StatusOr<TrainConfig> JobSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths,
+                                                 const PeerPolicy& peers = PeerPolicy::None());
 
 // A stored job's spec (validated by JobSpecToTrainConfig when it was submitted) as the
 // config to run: JobSpecToTrainConfig without validating the values again, but with the
-// path checks again (the files may have changed since, the roots with a restart).
-// Trainer::Create checks the config it is given.
-absl::StatusOr<TrainConfig> StoredSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths);
+// path and peer checks again (the files may have changed since, the roots and the
+// allowed hosts with a restart). Trainer::Create checks the config it is given.
+absl::StatusOr<TrainConfig> StoredSpecToTrainConfig(const v1::JobSpec& spec, const PathPolicy& paths,
+                                                    const PeerPolicy& peers = PeerPolicy::None());
 
 // Defaults only, no validation and no path checks (for tests and round trips).
 TrainConfig JobSpecToTrainConfigUnchecked(const v1::JobSpec& spec);

@@ -1,5 +1,5 @@
-// Issue 24 through the daemon: one job over two hosts as two slidedpd on loopback, the
-// same spec submitted to each with its own hosts.rank. It runs to SUCCEEDED on both
+// Issue 24 through the daemon: one job over two hosts as two slidedpd on loopback
+// (--hosts_allow=127.0.0.1), the same spec submitted to each with its own hosts.rank. It runs to SUCCEEDED on both
 // with the same weights digest (the job's, gathered from both shards), host 0 writes
 // the export; a pause sent to one daemon pauses both at the same step, a resume sent
 // to the other resumes both; a cancel sent to one ends the job on both.
@@ -37,7 +37,8 @@ class HostsDaemons : public ::testing::Test {
       fs::create_directories(dir_.Join("out" + std::to_string(r)));
       daemons_[r] = std::make_unique<DaemonProcess>(
           SLIDEDPD_PATH, dir_.Join("state" + std::to_string(r)),
-          std::vector<std::string>{"--output_roots=" + dir_.Join("out" + std::to_string(r))});
+          std::vector<std::string>{"--output_roots=" + dir_.Join("out" + std::to_string(r)),
+                                   "--hosts_allow=127.0.0.1"});
       ASSERT_TRUE(daemons_[r]->started()) << daemons_[r]->log();
     }
     port_ = FreePort();
@@ -76,6 +77,19 @@ class HostsDaemons : public ::testing::Test {
   std::unique_ptr<DaemonProcess> daemons_[2];
   int port_ = 0;
 };
+
+// The daemons allow 127.0.0.1 only (--hosts_allow): a spec naming another rendezvous is
+// refused at submit, before the daemon connects anywhere, naming the address and flag.
+TEST_F(HostsDaemons, ARendezvousTheDaemonDoesNotAllowIsRefusedAtSubmit) {
+  const std::string path = dir_.Join("elsewhere.yaml");
+  WriteFile(path, "model: tiny\nseq_len: 32\nsteps: 2\nhosts:\n  count: 2\n  rank: 1\n  address: 169.254.169.254\n"
+                  "  port: 29500\n");
+  const CommandResult s = Cli(0, {"submit", path});
+  EXPECT_NE(s.exit_code, 0) << s.out;
+  EXPECT_NE(s.err.find("169.254.169.254"), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("--hosts_allow"), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("PERMISSION_DENIED"), std::string::npos) << s.err;
+}
 
 TEST_F(HostsDaemons, TinyJobOverTwoDaemonsSucceedsOnBothWithOneDigest) {
   const std::string out = dir_.Join("out0/model");
