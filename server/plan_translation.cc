@@ -82,6 +82,9 @@ v1::Plan PlanToProto(const std::string& job_id, const PlanReport& r, bool candid
   rates->set_head_seconds_per_token(r.rates.head_s);
   rates->set_adamw_params_per_second(r.rates.adamw_params_per_s);
   rates->set_host_memory_gbps(r.rates.host_memory_gbps);
+  rates->set_gpu_update_params_per_second(r.rates.gpu_update_params_per_s);
+  rates->set_cross_host_gbps(r.rates.cross_host_gbps);
+  rates->set_cross_host_latency_seconds(r.rates.cross_host_latency_s);
   p.set_calibration_seconds(r.calibration_seconds);
   for (const std::string& n : r.calibration_notes) p.add_calibration_notes(Text(n));
   p.set_replans(r.replans);

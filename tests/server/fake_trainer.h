@@ -146,6 +146,9 @@ class FakeTrainer final : public Trainer {
     r.prediction.critical_path = {{"h2d", "upload embedding", 0.0005}, {"gpu", "forward embedding .. backward embedding", 0.0015}};
     r.prediction.memory.total = 3 << 20;
     r.budget_bytes = 8 << 20;
+    r.rates.gpu_update_params_per_s = 1.5e11;
+    r.rates.cross_host_gbps = 12.5;
+    r.rates.cross_host_latency_s = 2e-4;
     r.measured_step_seconds = steps_ > 0 ? 0.001 : 0.0;
     r.steps = steps_;
     r.last_change = "fake";

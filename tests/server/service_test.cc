@@ -484,6 +484,9 @@ TEST_F(ServiceTest, GetPlanShowsPredictedAgainstMeasured) {
   EXPECT_EQ(plan.critical_path_size(), 2);
   EXPECT_EQ(plan.memory().total_bytes(), 3 << 20);
   EXPECT_EQ(plan.memory_budget_bytes(), 8 << 20);
+  EXPECT_DOUBLE_EQ(plan.rates().gpu_update_params_per_second(), 1.5e11);
+  EXPECT_DOUBLE_EQ(plan.rates().cross_host_gbps(), 12.5);
+  EXPECT_DOUBLE_EQ(plan.rates().cross_host_latency_seconds(), 2e-4);
   EXPECT_EQ(plan.candidate_count(), 2);
   EXPECT_EQ(plan.candidates_size(), 0);
   request.set_include_candidates(true);
