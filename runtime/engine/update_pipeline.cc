@@ -257,6 +257,9 @@ void UpdatePipeline::Loop() {
         busy_seconds_ += busy;
       }
       gather_executor_->Push([this, t] {
+        // After a failed exchange the step fails: the units left only count down (each
+        // further gather could wait the whole timeout for a host that is gone).
+        if (!status().ok()) return Gathered(t, absl::OkStatus(), 0);
         const int64_t before = gather_->bytes_sent();
         const absl::Status s = gather_->AllGather(state_->unit(t.unit).params);
         return Gathered(t, s, gather_->bytes_sent() - before);
