@@ -45,6 +45,7 @@ sources() {
     checkpoint) echo runtime/state/checkpoint.cc runtime/state/moment_codec.cc ;;
     job_record) echo server/job_record.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     spec_translation) echo server/spec_translation.cc server/spec_fields.cc server/path_policy.cc \
+      server/peer_policy.cc server/listen_address.cc \
       runtime/train_config.cc runtime/train_config_validate.cc runtime/model/model_config.cc \
       runtime/model/param_layout.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     *) echo "fuzz: unknown target $1 (known: ${all[*]})" >&2; return 1 ;;

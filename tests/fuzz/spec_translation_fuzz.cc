@@ -35,6 +35,16 @@ const slidedp::server::PathPolicy* Policy() {
   return policy;
 }
 
+// The rendezvous a job of several hosts may name (the daemon's --hosts_allow).
+const slidedp::server::PeerPolicy* Peers() {
+  static const slidedp::server::PeerPolicy* peers = [] {
+    auto created = slidedp::server::PeerPolicy::Create({"127.0.0.1", "[::1]:29500", "trainer-0"});
+    if (!created.ok()) __builtin_trap();
+    return new slidedp::server::PeerPolicy(*created);
+  }();
+  return peers;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -47,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (slidedp::TrainConfigToJson(again) != slidedp::TrainConfigToJson(config)) __builtin_trap();
   (void)slidedp::ValidateTrainConfig(config);
   absl::StatusOr<slidedp::TrainConfig> checked =
-      slidedp::server::JobSpecToTrainConfig(spec, *Policy());
+      slidedp::server::JobSpecToTrainConfig(spec, *Policy(), *Peers());
   if (checked.ok()) {
     const slidedp::v1::JobSpec shown = slidedp::server::TrainConfigToJobSpec(*checked);
     for (const std::string* path : {&shown.model(), &shown.data().path(), &shown.output_dir(),
