@@ -108,7 +108,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t ShardOf(int64_t numel, int hosts) { return CeilDiv(numel, hosts); }
 
 // Bytes one host sends (and receives) in the reduce-scatter of a unit's fp32 gradient:
-// the other hosts' slices (an all-to-all).
+// the other hosts' slices (point-to-point sends).
 int64_t ReduceScatterBytes(int64_t numel, int hosts) { return 4 * ShardOf(numel, hosts) * (hosts - 1); }
 // ... in the all-gather of its streamed copy (`param_bytes` an element): its own slice
 // to each of the others, theirs back.
@@ -117,7 +117,7 @@ int64_t AllGatherBytes(int64_t numel, int hosts, int param_bytes) {
 }
 
 // Seconds on the network: the bytes each way at once at cross_host_gbps, and the
-// latency of each collective (the reduce-scatter's all-to-all and its norm's sum; the
+// latency of each collective (the reduce-scatter's sends and its norm's sum; the
 // all-gather).
 double ReduceScatterSeconds(int64_t numel, const JobShape& job, const Rates& r) {
   return 2 * r.cross_host_latency_s +
@@ -143,7 +143,7 @@ double ExchangeHostBytesPerParam(int hosts, int param_bytes) {
 // The exchanges' copies and sums in host memory, on the thread that runs the exchange
 // (the link thread, the update thread): named host memory on the critical path.
 constexpr const char* kExchangeCopy = "exchange copy";
-// Per-thread lanes of the network: the link thread's reduce-scatters and the update
+// Per-thread lanes of the network: the link thread's reduce-scatters and the gather
 // thread's all-gathers run at once (a Gloo group each).
 constexpr const char* kLinkLane = "link thread";
 constexpr const char* kGatherLane = "gather";
@@ -333,6 +333,7 @@ class StepReplay {
   int lander_ = -1;               // the landing thread's last operation
   int linker_ = -1;               // the link thread's last operation (several hosts)
   HostThread update_thread_;       // the update thread: CPU updates, resident launches
+  HostThread gather_thread_;       // several hosts: the all-gathers of updated units, in order
 };
 
 void StepReplay::Fetch(int item, bool backward_phase) {
@@ -573,20 +574,22 @@ void StepReplay::Updates() {
       updated_[pick] = op;
       continue;
     }
-    // Several hosts: this host's shard, then the streamed copy gathered from all; the
-    // thread's next update and the next forward's fetch wait for the gather.
+    // Several hosts: this host's shard, then the streamed copy gathered from all on the
+    // gather thread (update_pipeline.cc), in update order, while the update thread goes
+    // on to the next unit; the next forward's fetch waits for the gather.
     const int64_t numel = shape_.unit_params[pick];
     const int op = r_.Add(kResCpuUpdate, "update " + Name(pick),
                           static_cast<double>(ShardOf(numel, H_)) / rates_.adamw_params_per_s, {avail_cause[pick]},
                           update_thread_.t, update_thread_.cause);
+    update_thread_.WaitFor(r_, op);
     const int net = r_.Add(kResNetwork, "all-gather " + Name(pick) + " over hosts",
-                           AllGatherSeconds(numel, job_, rates_), {op}, update_thread_.t, update_thread_.cause,
+                           AllGatherSeconds(numel, job_, rates_), {op}, gather_thread_.t, gather_thread_.cause,
                            kGatherLane);
     const int copy = r_.Add(kExchangeCopy, "gathered " + Name(pick),
                             static_cast<double>(numel) * AllGatherCopyBytes(H_, job_.param_bytes) /
                                 (rates_.host_memory_gbps * 1e9),
-                            {net}, update_thread_.t, update_thread_.cause, kGatherLane);
-    update_thread_.WaitFor(r_, copy);
+                            {net}, gather_thread_.t, gather_thread_.cause, kGatherLane);
+    gather_thread_.WaitFor(r_, copy);
     updated_[pick] = copy;
   }
 }

@@ -13,8 +13,9 @@
 // for it. With several hosts (JobShape::hosts, hosts.count) each host replays its own
 // engine on its rows; a unit that has landed is reduce-scattered over the hosts on the
 // link thread (in landing order, on the network) before it counts as landed, the update
-// thread updates the host's 1/H shard of it and then all-gathers the streamed copy (on
-// the network; the next update and the next forward's fetch wait for that), the
+// thread updates the host's 1/H shard of it and the gather thread then all-gathers the
+// streamed copy (on the network, in update order; the next forward's fetch waits for
+// it, the next update does not), the
 // exchanges' own copies and sums in host memory (host_group.cc's) count against host
 // memory, and gradients land in fp32. Three steps are replayed and the last one is
 // measured: its duration, each resource's busy time, the critical path (walked back through the
