@@ -92,13 +92,13 @@ class GlooHostGroup final : public HostGroup {
         const auto [hb, he] = SliceOf(n, H, h);
         // Stripe i on tag i: on connection i (c10d's Gloo picks a context by the tag).
         int tag = 0;
-        for (const auto [sb, sn] : Stripes(hb, he - hb, elem, options_.connections)) {
+        for (const auto& [sb, sn] : Stripes(hb, he - hb, elem, options_.connections)) {
           bufs.push_back({send.narrow(0, sb, sn)});
           works.push_back(pg_->send(bufs.back(), h, tag++));
           sent_ += sn * elem;
         }
         tag = 0;
-        for (const auto [rb, rn] : Stripes(0, m, elem, options_.connections)) {
+        for (const auto& [rb, rn] : Stripes(0, m, elem, options_.connections)) {
           bufs.push_back({from(h).narrow(0, rb, rn)});
           works.push_back(pg_->recv(bufs.back(), h, tag++));
         }
@@ -138,7 +138,7 @@ class GlooHostGroup final : public HostGroup {
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       for (int h = 0; h < H; ++h) {
         const auto [hb, he] = SliceOf(n, H, h);
-        for (const auto [sb, sn] : Stripes(hb, he - hb, elem, options_.connections)) {
+        for (const auto& [sb, sn] : Stripes(hb, he - hb, elem, options_.connections)) {
           bufs.push_back({bytes.narrow(0, sb * elem, sn * elem)});
           c10d::BroadcastOptions o;
           o.rootRank = h;

@@ -107,7 +107,9 @@ TEST(HostGroup, ReduceScatterSumsInHostOrderInPlaceAndStripesLargeExchanges) {
         ASSERT_TRUE(g.ReduceScatter(in, in.narrow(0, b, e - b)).ok());
         EXPECT_TRUE(at::equal(in.narrow(0, b, e - b), at::full({e - b}, expected))) << g.rank() << " " << n;
         // Elsewhere `in` is as it was.
-        if (b > 0) EXPECT_TRUE(at::equal(in.narrow(0, 0, b), at::full({b}, term[g.rank()])));
+        if (b > 0) {
+          EXPECT_TRUE(at::equal(in.narrow(0, 0, b), at::full({b}, term[g.rank()])));
+        }
       }
     }
     // An all-gather of bf16 in stripes: 5M + 3 elements, 2.5 MiB slices.
