@@ -248,39 +248,38 @@ void UpdatePipeline::Loop() {
                                t.skip ? " (skipped)" : ""),
                   t0, t0 + busy);
     }
-    if (failed.ok() && !t.skip && gather_ != nullptr) {
-      // Several hosts: each updated its shard of the streamed copy; the others' come
-      // on the gather's thread, in this (landing) order, while this thread updates the
-      // next unit; the unit is ready once they have come.
-      {
-        absl::MutexLock lock(&mu_);
-        busy_seconds_ += busy;
-      }
-      gather_executor_->Push([this, t] {
-        // After a failed exchange the step fails: the units left only count down (each
-        // further gather could wait the whole timeout for a host that is gone).
-        if (!status().ok()) return Gathered(t, absl::OkStatus(), 0);
-        const int64_t before = gather_->bytes_sent();
-        const absl::Status s = gather_->AllGather(state_->unit(t.unit).params);
-        return Gathered(t, s, gather_->bytes_sent() - before);
-      });
-      continue;
+    const bool gather = failed.ok() && !t.skip && gather_ != nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      busy_seconds_ += busy;
+      if (!gather) Done(t, failed);
     }
-    absl::MutexLock lock(&mu_);
-    if (!failed.ok() && failed_.ok()) failed_ = failed;
-    version_[t.unit] = t.step + 1;
-    busy_seconds_ += busy;
-    --pending_;
+    if (!gather) continue;
+    // Several hosts: each updated its shard of the streamed copy; the others' come on
+    // the gather's thread, in this (landing) order, while this thread updates the next
+    // unit; the unit is ready once they have come.
+    gather_executor_->Push([this, t] {
+      absl::Status s;
+      int64_t bytes = 0;
+      // After a failed exchange the step fails: the units left only count down (each
+      // further gather could wait the whole timeout for a host that is gone).
+      if (status().ok()) {
+        const int64_t before = gather_->bytes_sent();
+        s = gather_->AllGather(state_->unit(t.unit).params);
+        bytes = gather_->bytes_sent() - before;
+      }
+      absl::MutexLock lock(&mu_);
+      gathered_bytes_[t.step] += bytes;
+      Done(t, s);
+      return absl::OkStatus();  // a failure fails the step (status()); later gathers still count down
+    });
   }
 }
 
-absl::Status UpdatePipeline::Gathered(const Task& t, const absl::Status& s, int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  gathered_bytes_[t.step] += bytes;
+void UpdatePipeline::Done(const Task& t, const absl::Status& s) {
   if (!s.ok() && failed_.ok()) failed_ = s;
   version_[t.unit] = t.step + 1;
   --pending_;
-  return absl::OkStatus();  // a failure fails the step (status()); later gathers still count down
 }
 
 void UpdatePipeline::Apply(const Task& t) {

@@ -110,9 +110,9 @@ class UpdatePipeline {
   void Landed(int u, int64_t step, double sumsq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The link's task for unit `u`: reduce-scatter over the hosts, the norm summed.
   absl::Status ReduceOverHosts(int u, int64_t step);
-  // The gather's task for an applied update `t` is done (`s`, `bytes` sent): the unit
-  // is ready for the next forward.
-  absl::Status Gathered(const Task& t, const absl::Status& s, int64_t bytes);
+  // Update `t` is done (applied or skipped and, over several hosts, gathered), with
+  // status `s`: the unit is ready for the next forward.
+  void Done(const Task& t, const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(const Task& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
