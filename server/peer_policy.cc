@@ -4,6 +4,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/io/user_text.h"
 #include "server/listen_address.h"
 
 namespace slidedp::server {
@@ -34,7 +35,7 @@ absl::StatusOr<PeerPolicy> PeerPolicy::Create(const std::vector<std::string>& al
     if (has_port) {
       absl::StatusOr<HostPort> hp = ParseHostPort(entry);
       if (!hp.ok() || hp->port < 1) {
-        return absl::InvalidArgumentError(absl::StrCat("--hosts_allow: \"", entry,
+        return absl::InvalidArgumentError(absl::StrCat("--hosts_allow: \"", Echo(entry),
                                                        "\" is not ADDRESS or ADDRESS:PORT with a port 1-65535"));
       }
       e.address = Normalized(hp->host);
@@ -43,7 +44,7 @@ absl::StatusOr<PeerPolicy> PeerPolicy::Create(const std::vector<std::string>& al
       e.address = Normalized(entry);  // a name, an IPv4 address or a bare IPv6 address
     }
     if (e.address.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--hosts_allow: \"", entry, "\" names no address"));
+      return absl::InvalidArgumentError(absl::StrCat("--hosts_allow: \"", Echo(entry), "\" names no address"));
     }
     p.entries_.push_back(std::move(e));
   }
@@ -73,7 +74,7 @@ absl::Status PeerPolicy::Check(const HostsConfig& hosts) const {
     shown.push_back(e.port == 0 ? e.address : absl::StrCat(v6 ? "[" : "", e.address, v6 ? "]" : "", ":", e.port));
   }
   return absl::PermissionDeniedError(absl::StrCat(
-      "hosts.address \"", hosts.address.substr(0, 256), "\" port ", hosts.port,
+      "hosts.address \"", Echo(hosts.address), "\" port ", hosts.port,
       " is not allowed by this daemon's --hosts_allow (", absl::StrJoin(shown, ","),
       "; an entry without a port allows ports from ", kLowestAnyPort, ")"));
 }

@@ -48,6 +48,10 @@ TEST(PeerPolicy, EntriesAllowTheirAddressAndPort) {
   EXPECT_NE(other.message().find("169.254.169.254"), std::string::npos) << other;
   EXPECT_NE(other.message().find("10.0.0.1"), std::string::npos) << other;
   EXPECT_FALSE(p->Check(Hosts("10.0.0.10", 29500)).ok());
+  // The address is echoed on one line and short.
+  const absl::Status odd = p->Check(Hosts("a\nb" + std::string(5000, 'x'), 29500));
+  EXPECT_EQ(odd.message().find('\n'), std::string::npos) << odd;
+  EXPECT_LT(odd.message().size(), 1000u) << odd;
 }
 
 TEST(PeerPolicy, MalformedEntriesAreRefusedNamingThem) {
