@@ -418,7 +418,33 @@ std::string TrainConfigToJson(const TrainConfig& config) {
   TrainConfig copy = config;  // the visitors take mutable references
   JsonWriter writer;
   VisitFields(copy, writer);
-  return writer.json().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  const std::string dumped = writer.json().dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  // The job-file reader counts every '[' and '{' as a level of nesting, inside strings
+  // too (YamlNestingExceeded does not trust quotes); a string value with many brackets
+  // (a path, a model name) would make this output unreadable by ParseTrainConfig. Inside
+  // strings they are written as \u escapes, which JSON and YAML read back as the same
+  // characters. The dump escapes '"' and '\\' itself, so the string state is exact.
+  std::string out;
+  out.reserve(dumped.size());
+  bool in_string = false, escaped = false;
+  for (const char c : dumped) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      } else if (c == '[' || c == '{') {
+        out += c == '[' ? "\\u005b" : "\\u007b";
+        continue;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    }
+    out += c;
+  }
+  return out;
 }
 
 std::vector<std::string> TrainConfigFieldNames(bool sections) {
