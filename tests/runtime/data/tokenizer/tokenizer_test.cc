@@ -433,6 +433,26 @@ TEST(TokenizerFixtures, RealLlama3AndQwen3FilesMatchTransformersJs) {
   }
 }
 
+// The same files against Hugging Face tokenizers itself, once the GPU host made the
+// fixture (make_tokenizer_fixtures.py --only llama3_real,qwen3_real, from the files this
+// build fetched; versions.json records the file's size, checked here).
+TEST(TokenizerFixtures, RealLlama3AndQwen3FilesMatchHuggingFace) {
+  for (const std::string name : {"llama3_real", "qwen3_real"}) {
+    const std::string dir = std::string(SLIDEDP_TEST_FIXTURES_DIR) + "/tokenizer/" + name;
+    std::ifstream file(dir + "/tokenizer.json", std::ios::binary | std::ios::ate);
+    if (!file) GTEST_SKIP() << dir << "/tokenizer.json is missing: the CMake set-up fetches it with npm";
+    std::ifstream versions(kFixtures + name + "/versions.json");
+    if (!versions) {
+      GTEST_SKIP() << name << "/encodings.jsonl is not made yet: on the GPU host run "
+                   << "tests/reference/make_tokenizer_fixtures.py OUT --only " << name;
+    }
+    const json v = json::parse(versions);
+    ASSERT_EQ(static_cast<int64_t>(file.tellg()), v.at("tokenizer_json_bytes").get<int64_t>())
+        << dir << "/tokenizer.json is not the file the fixture was made from";
+    CheckEncodings(dir, kFixtures + name + "/encodings.jsonl", name);
+  }
+}
+
 TEST(TokenizerFixtures, MetaspaceMatchesHuggingFace) {
   for (const char* kind : {"metaspace_first", "metaspace_split"}) {
     if (!std::ifstream(kFixtures + kind + "/encodings.jsonl")) {
