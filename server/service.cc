@@ -4,7 +4,6 @@
 
 #include <unistd.h>
 
-#include <filesystem>
 #include <system_error>
 #include <thread>
 
@@ -64,10 +63,7 @@ void FillMeasured(const NodeSnapshot& node, v1::MeasuredRates* out) {
 absl::Status AdmitAtSubmit(const TrainConfig& config) {
   absl::StatusOr<ModelConfig> model = PresetConfig(config.model);
   if (!model.ok()) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(std::filesystem::path(config.model) / "config.json", ec)) {
-      return absl::OkStatus();
-    }
+    if (!ModelIsDirectory(config.model)) return absl::OkStatus();
     model = LoadModelConfig(config.model);
     if (!model.ok()) return absl::OkStatus();
   }

@@ -47,7 +47,7 @@ namespace slidedp {
 namespace {
 
 absl::StatusOr<ModelConfig> ResolveModel(const std::string& model, bool* from_dir) {
-  *from_dir = std::filesystem::exists(std::filesystem::path(model) / "config.json");
+  *from_dir = ModelIsDirectory(model);
   if (*from_dir) return LoadModelConfig(model);
   absl::StatusOr<ModelConfig> preset = PresetConfig(model);
   if (!preset.ok()) {
@@ -145,18 +145,26 @@ absl::Status EngineTrainer::SyncHost() {
 absl::Status EngineTrainer::WriteHf(const std::string& dir) {
   if (absl::Status s = SyncHost(); !s.ok()) return s;
   const ModelLayout& layout = state_->layout();
+  absl::Status saved;
   if (hosts_.trainer == nullptr) {
-    return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
+    saved = SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
       return state_->unit(u).master.data_ptr<float>() + layout.units[u].params[p].offset;
     }, "F32", int64_t{4} << 30);
+  } else {
+    // Several hosts: host 0 writes the whole model, gathered from every host's shards.
+    absl::StatusOr<std::vector<at::Tensor>> whole = WholeMasters();
+    if (!whole.ok()) return whole.status();
+    if (hosts_.trainer->rank() != 0) return absl::OkStatus();
+    saved = SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
+      return (*whole)[u].data_ptr<float>() + layout.units[u].params[p].offset;
+    }, "F32", int64_t{4} << 30);
   }
-  // Several hosts: host 0 writes the whole model, gathered from every host's shards.
-  absl::StatusOr<std::vector<at::Tensor>> whole = WholeMasters();
-  if (!whole.ok()) return whole.status();
-  if (hosts_.trainer->rank() != 0) return absl::OkStatus();
-  return SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
-    return (*whole)[u].data_ptr<float>() + layout.units[u].params[p].offset;
-  }, "F32", int64_t{4} << 30);
+  if (!saved.ok()) return saved;
+  // The job's tokenizer (data.tokenizer, else the model directory's) and the model's
+  // generation_config.json beside the weights: the export loads and generates alone.
+  const std::string model_dir = ModelIsDirectory(config_.model) ? config_.model : "";
+  const std::string& tokenizer = config_.data.tokenizer.empty() ? model_dir : config_.data.tokenizer;
+  return CopyHfSideFiles(model_dir, tokenizer, dir).status();
 }
 
 absl::StatusOr<std::string> EngineTrainer::WriteCheckpointNow() {

@@ -283,4 +283,33 @@ absl::Status SaveHfModel(const std::string& dir, const ModelConfig& config, cons
   return WriteShards(dir, *shards);
 }
 
+absl::StatusOr<std::vector<std::string>> CopyHfSideFiles(const std::string& model_dir, const std::string& tokenizer,
+                                                         const std::string& dir) {
+  constexpr size_t kMaxSideFileBytes = size_t{256} << 20;  // the largest tokenizer.json are ~20 MB
+  std::vector<std::pair<std::string, std::string>> copies;  // (source, name in dir)
+  if (!tokenizer.empty()) {
+    std::error_code ec;
+    const bool is_dir = fs::is_directory(tokenizer, ec);
+    const fs::path file = is_dir ? fs::path(tokenizer) / "tokenizer.json" : fs::path(tokenizer);
+    copies.emplace_back(file.string(), "tokenizer.json");
+    if (file.filename() == "tokenizer.json") {
+      for (const char* name : {"tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"}) {
+        copies.emplace_back((file.parent_path() / name).string(), name);
+      }
+    }
+  }
+  if (!model_dir.empty()) copies.emplace_back((fs::path(model_dir) / "generation_config.json").string(), "generation_config.json");
+  std::vector<std::string> written;
+  for (const auto& [source, name] : copies) {
+    absl::StatusOr<std::string> text = ReadRegularFile(source, kMaxSideFileBytes);
+    if (absl::IsNotFound(text.status())) continue;
+    if (!text.ok()) {
+      return absl::Status(text.status().code(), absl::StrCat("copying ", name, " into the export: ", text.status().message()));
+    }
+    if (absl::Status s = WriteFileAtomically(dir + "/" + name, *text); !s.ok()) return s;
+    written.push_back(name);
+  }
+  return written;
+}
+
 }  // namespace slidedp

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
 
@@ -41,5 +43,16 @@ absl::Status LoadHfWeights(const std::string& model_dir, const ModelLayout& layo
 absl::Status SaveHfModel(const std::string& dir, const ModelConfig& config, const ModelLayout& layout,
                          const std::function<const float*(int unit, int param)>& src,
                          const std::string& dtype, int64_t max_shard_bytes);
+
+// The files beside the weights that make an export usable by itself (AutoTokenizer,
+// generate): the tokenizer of `tokenizer` (a tokenizer.json, or a directory holding one;
+// "" for none) and, from its directory, tokenizer_config.json, special_tokens_map.json
+// and tokenizer.model (only when the file given is named tokenizer.json); and
+// generation_config.json of `model_dir` ("" when the model is a preset). Each is copied
+// as it is into `dir` (an existing directory), atomically; a missing one is skipped.
+// Returns the names written. Errors (unreadable, over 256 MiB, not a regular file) name
+// the file.
+absl::StatusOr<std::vector<std::string>> CopyHfSideFiles(const std::string& model_dir, const std::string& tokenizer,
+                                                         const std::string& dir);
 
 }  // namespace slidedp

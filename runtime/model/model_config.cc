@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -356,6 +357,11 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(std::string_view text, std::str
     return absl::InvalidArgumentError(absl::StrCat(source, ": model too large (over 2^46 parameters)"));
   }
   return c;
+}
+
+bool ModelIsDirectory(const std::string& model) {
+  std::error_code ec;
+  return !model.empty() && std::filesystem::is_regular_file(std::filesystem::path(model) / "config.json", ec);
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {

@@ -62,6 +62,10 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(std::string_view text, std::str
 // attention exactly when no sequence is longer than the window.
 absl::Status CheckSequenceLength(const ModelConfig& config, int64_t seq_len);
 
+// Whether job field `model` names a model directory (one holding a config.json file)
+// rather than a preset: how the engine, the export and the daemon's admission read it.
+bool ModelIsDirectory(const std::string& model);
+
 // Reads DIR/config.json.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 

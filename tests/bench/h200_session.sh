@@ -234,6 +234,11 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     plain) step plain 90 python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 ;;
     fsdp2) step fsdp2 120 python3 tests/bench/torch_baseline.py --mode fsdp2_offload --shape qwen2.5-3b --batch 4 --seq 4096 ;;
     export) step export 90 tests/reference/check_trained_export.sh build-gpu ;;
+    # Issue 23: stories260K fine-tuned on text with its tokenizer, exported, loaded by
+    # transformers with the export's tokenizer, generate() against our greedy tokens.
+    export23) step export23 120 bash -c 'tests/reference/check_trained_export.sh build-gpu \
+           tests/reference/fixtures/stories260k/model 20 tests/reference/trained_export_stories260k_check.txt \
+           && cp tests/reference/trained_export_stories260k_check.txt '"$R"'/' ;;
     alltests) TAILN=30 step alltests 200 build-gpu/tests/slidedp_runtime_tests ;;
     *) log "unknown step $s" ;;
   esac

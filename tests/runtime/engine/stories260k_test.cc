@@ -195,6 +195,23 @@ TEST(Stories260k, FineTuneOnTextWithItsTokenizerLowersTheEvalLoss) {
   }
   EXPECT_TRUE(std::isfinite(eval.front()));
   EXPECT_LT(eval.back(), eval.front() - 0.1) << "first " << eval.front() << ", last " << eval.back();
+
+  // The export carries the model's tokenizer and generation config beside the weights,
+  // byte for byte, so that it loads and generates by itself (transformers' check:
+  // tests/reference/check_trained_export.sh on the GPU host).
+  const std::string exported = dir + "/export";
+  ASSERT_TRUE((*t)->ExportHf(exported).ok());
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json"}) {
+    std::ifstream a(kModelDir + "/" + name, std::ios::binary), b(exported + "/" + name, std::ios::binary);
+    ASSERT_TRUE(a && b) << name;
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}))
+        << name;
+  }
+  auto original = Tokenizer::Load(kModelDir);
+  auto copied = Tokenizer::Load(exported);
+  ASSERT_TRUE(original.ok() && copied.ok());
+  EXPECT_EQ((*copied)->Encode(story, true), (*original)->Encode(story, true));
 }
 
 }  // namespace

@@ -263,6 +263,52 @@ TEST(HfCheckpointTest, SaveRejectsBadArguments) {
   EXPECT_FALSE(SaveHfModel(dir, c, BuildLayout(c), [&](int, int) -> const float* { return nullptr; }, "F32", 1 << 20).ok());
 }
 
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void Put(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// The export's side files: the tokenizer and its configuration from the tokenizer's
+// folder, generation_config.json from the model's, byte for byte; missing ones skipped.
+TEST(HfCheckpointTest, CopiesTheTokenizerAndGenerationConfigBesideTheWeights) {
+  const std::string model = TempDir("model"), tok = TempDir("tok"), out = TempDir("out");
+  Put(model + "/generation_config.json", "{\"bos_token_id\": 1}\n");
+  Put(tok + "/tokenizer.json", std::string("{\"model\": {}}\n\0binary", 20));
+  Put(tok + "/tokenizer_config.json", "{}\n");
+  Put(tok + "/tokenizer.model", std::string("\x0a\x00sp", 4));
+  absl::StatusOr<std::vector<std::string>> names = CopyHfSideFiles(model, tok, out);
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(*names, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                                              "generation_config.json"}));
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model"}) {
+    EXPECT_EQ(Slurp(out + "/" + name), Slurp(tok + "/" + name)) << name;
+  }
+  EXPECT_EQ(Slurp(out + "/generation_config.json"), Slurp(model + "/generation_config.json"));
+  EXPECT_FALSE(fs::exists(out + "/special_tokens_map.json"));
+
+  // A tokenizer file of another name: that file alone, as tokenizer.json.
+  const std::string out2 = TempDir("out2");
+  Put(tok + "/llama_tok.json", "{\"other\": 1}\n");
+  names = CopyHfSideFiles("", tok + "/llama_tok.json", out2);
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(*names, std::vector<std::string>{"tokenizer.json"});
+  EXPECT_EQ(Slurp(out2 + "/tokenizer.json"), "{\"other\": 1}\n");
+
+  // Nothing to copy (a preset and no tokenizer): nothing written.
+  names = CopyHfSideFiles("", "", TempDir("out3"));
+  ASSERT_TRUE(names.ok());
+  EXPECT_TRUE(names->empty());
+
+  // A tokenizer.json that is a folder: an error naming it, not a silent export without it.
+  const std::string odd = TempDir("odd");
+  fs::create_directories(odd + "/tokenizer.json");
+  names = CopyHfSideFiles("", odd, TempDir("out4"));
+  ASSERT_FALSE(names.ok());
+  EXPECT_NE(names.status().message().find("tokenizer.json"), std::string::npos) << names.status();
+}
+
 TEST(HfCheckpointTest, LoadsTheTransformersFixtures) {
   const std::string root = std::string(SLIDEDP_SOURCE_DIR) + "/tests/reference/fixtures/";
   if (!fs::exists(root + "qwen2/config.json")) GTEST_SKIP() << "no fixtures under " << root;
