@@ -1,5 +1,6 @@
-// What the plan tests share: the H200's memory, a synthetic 160M shape, and a plan
-// manager started without calibration (policy.auto off). Header-only; the test's thread.
+// What the plan tests share: the H200's memory, a synthetic 160M shape, the step model
+// tests' job, knobs and balanced rates, and a plan manager started without calibration
+// (policy.auto off). Header-only; the test's thread.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -32,6 +33,48 @@ inline ModelShape Synthetic() {
   for (int l = 0; l < 8; ++l) s.unit_params.push_back(12'000'000);
   s.unit_params.push_back(32'000'000);
   return s;
+}
+
+// The step model tests' job: 8 sequences of 1024 on one GPU, bf16.
+inline JobShape SweepJob(bool clip = true) {
+  JobShape j;
+  j.sequences = 8;
+  j.seq_len = 1024;
+  j.workers = 1;
+  j.clip = clip;
+  j.cuda = true;
+  j.param_bytes = 2;
+  return j;
+}
+
+inline PlanKnobs SweepKnobs(int64_t mbs, int64_t accum, int depth = 2) {
+  PlanKnobs k;
+  k.micro_batch_size = mbs;
+  k.grad_accum = accum;
+  k.policy.prefetch_depth = depth;
+  k.policy.activations = ActivationPlacement::kDevice;  // a concrete placement (the job default is "auto")
+  // Every block recomputes in backward, as the engine did in the H200 runs these tests
+  // were fitted to (kept blocks, issue 20 part 2, have tests of their own in kept_blocks_test.cc).
+  k.policy.kept_blocks = 0;
+  // Every unit streamed, as in those runs (resident units, issue 21, have tests of their
+  // own in resident_units_test.cc).
+  k.policy.resident_units = 0;
+  return k;
+}
+
+// Balanced rates: nothing far ahead of the rest.
+inline Rates BalancedRates() {
+  Rates r;
+  r.h2d_gbps = r.d2h_gbps = 50;
+  r.duplex_gbps = 80;
+  r.forward_s = 2e-8;
+  r.recompute_s = 2e-8;
+  r.backward_s = 4e-8;
+  r.head_s = 5e-8;
+  r.embed_s = 1e-9;
+  r.adamw_params_per_s = 4e9;
+  r.host_memory_gbps = 150;
+  return r;
 }
 
 // PlanManager::Start with policy.auto off: the job's knobs, default rates (calibration

@@ -1,0 +1,84 @@
+// MemoryEstimate: see memory_estimate.h.
+#include "runtime/plan/memory_estimate.h"
+
+#include <algorithm>
+
+#include "runtime/plan/step_schedule.h"
+
+namespace slidedp {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
+  const StepSizes s = SizesOf(shape, job, k);
+  const int64_t q = shape.heads * shape.head_dim, kv = shape.kv_heads * shape.head_dim;
+  const bool tiled = MlpTile(shape, job, k) < job.seq_len;
+  // The MLP keeps gate and up, not their product (fused_ops.h's lean FusedSwigluDown).
+  const int64_t elements = 4 * shape.hidden + 3 * q + 3 * kv + (tiled ? 0 : 2 * shape.ffn);
+  const int64_t fp32_stats = (2 + shape.heads) * 4;
+  return s.tokens_worker * (elements * job.param_bytes + fp32_stats);
+}
+
+int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes) {
+  const int64_t requested = knobs.policy.kept_blocks;
+  if (requested >= 0) return std::min(requested, shape.layers);
+  if (!job.cuda) return 0;
+  if (memory_bytes <= 0) return shape.layers;
+  PlanKnobs none = knobs;
+  none.policy.kept_blocks = 0;
+  const int64_t base = EstimateMemory(shape, job, none).total;
+  // Each kept block adds its graph and, with inputs on the device, no longer keeps its input apart.
+  const int64_t act_unit = SizesOf(shape, job, knobs).tokens_worker * shape.hidden * job.param_bytes;
+  const int64_t per_block = std::max<int64_t>(
+      1, KeptBlockBytes(shape, job, knobs) - (knobs.policy.activations == ActivationPlacement::kHost ? 0 : act_unit));
+  // A tenth of the memory stays free: the caching allocator's fragmentation grows with
+  // the many differently sized tensors a kept graph holds.
+  const int64_t usable = memory_bytes / 10 * 9;
+  if (base >= usable) return 0;
+  return std::min(shape.layers, (usable - base) / per_block);
+}
+
+MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
+  const StepSizes s = SizesOf(shape, job, k);
+  const int W = std::max(1, job.workers);
+  const int64_t pb = job.param_bytes;
+  auto padded = [&](int64_t n) { return W * CeilDiv(std::max<int64_t>(n, 1), W); };
+  MemoryEstimate m;
+  m.slots = StepSchedule::SlotsFor(k.policy.prefetch_depth) * padded(s.max_numel) * pb;
+  const int64_t emb = shape.unit_params.empty() ? 0 : shape.unit_params[0];
+  m.grad_buffers = 2 * padded(s.max_rest) * 4 + padded(emb) * 4;
+  const int64_t ring[3] = {s.max_rest, s.max_rest, emb};
+  for (int64_t n : ring) {
+    if (Bf16Landing(job, k.policy)) m.grad_buffers += padded(n) * pb;
+    if (W > 1 && k.policy.grad_route == GradRoute::kReduceScatter) m.grad_buffers += CeilDiv(n, W) * 4;
+    if (W > 1 && k.policy.grad_route == GradRoute::kReduceOne) m.grad_buffers += n * 4;
+  }
+  const int64_t act_unit = s.tokens_worker * shape.hidden * pb;
+  // Kept blocks hold their graph (their input in it) and are never offloaded.
+  const int64_t kept = KeptBlocks(shape, job, k, 0);
+  m.activations = (k.policy.activations == ActivationPlacement::kHost ? 2 * act_unit : (shape.layers - kept) * act_unit) +
+                  kept * KeptBlockBytes(shape, job, k);
+  // A micro-batch through a block with autograd (q, k, v, attention, the MLP's gate, up
+  // and product, norms, residuals, and their gradients), the hidden states and their
+  // gradients of every micro-batch, and the block's parameter gradients.
+  const int64_t block_act = (7 * shape.hidden + 4 * shape.ffn) * pb;
+  m.working = 2 * s.tokens_micro * block_act + 2 * act_unit + s.max_rest * pb;
+  const int64_t chunk_tokens = std::min(k.policy.loss_chunk_tokens, s.tokens_micro);
+  m.loss_chunk = chunk_tokens * shape.vocab * 12 + shape.vocab * shape.hidden * pb;
+  m.margin = job.cuda ? 2 * kGiB : 0;
+  m.resident = ResidencyOf(shape, job, k).max_bytes();
+  m.total = m.slots + m.grad_buffers + m.activations + m.working + m.loss_chunk + m.margin + m.resident;
+  return m;
+}
+
+Residency ResidencyOf(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs) {
+  return PlaceResident(shape.unit_params, std::max<int64_t>(0, knobs.policy.resident_units), job.workers,
+                       job.param_bytes);
+}
+
+}  // namespace slidedp

@@ -1,0 +1,51 @@
+// MemoryEstimate: a plan's GPU memory on one worker, and the counts that memory decides:
+// the decoder blocks that keep their autograd graph (policy.kept_blocks) and where the
+// resident units lie. Pure C++ (no LibTorch); stateless functions, any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/plan/plan_shapes.h"
+#include "runtime/plan/residency.h"
+
+namespace slidedp {
+
+// Predicted GPU memory of a plan on one worker, in bytes. The same for every
+// JobShape::hosts but for the bf16 landing buffers, which several hosts do not use.
+struct MemoryEstimate {
+  int64_t slots = 0;         // prefetch_depth + 2 parameter slots of the largest unit
+  int64_t grad_buffers = 0;  // fp32 accumulators, landing buffers
+  int64_t activations = 0;   // saved block inputs (device placement) or those in flight, and
+                             // the graphs of the blocks that keep them (KeptBlockBytes each)
+  int64_t working = 0;       // one micro-batch through one block, hidden states, their grads
+  int64_t loss_chunk = 0;    // logits of one loss chunk, the LM head's gradient
+  int64_t margin = 0;        // CUDA context, allocator
+  int64_t resident = 0;      // resident units' state on the rank holding most (ResidentBytesPerParam each)
+  int64_t total = 0;
+};
+
+// policy.resident_units -1 counts as none here too (as in PredictStep, step_model.h).
+MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
+
+// Bytes autograd keeps from a decoder block's forward to its backward when the block
+// keeps its graph (policy.kept_blocks), for the tokens one worker computes a step (every
+// micro-batch: the forward is layer-major), as the CUDA device's fused path saves them:
+// the block's input, the two norms' outputs, q and k before and after their norm and
+// RoPE, v, attention's output (and its transposed copy), the residual sum, and the
+// MLP's gate and up (its product is recomputed in backward; only the MLP's input when it
+// runs in tiles), in the compute dtype; the norms' and attention's fp32 statistics.
+int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
+
+// The number of decoder blocks that keep their graph for `knobs` (the last ones):
+// policy.kept_blocks when >= 0 (at most the layers). For -1 (auto): none on the cpu
+// device (its activations are host memory); on cuda the most whose EstimateMemory fits
+// in 90% of `memory_bytes`, all of them when `memory_bytes` is 0 (no limit known).
+// EstimateMemory counts the resident units of knobs.policy.resident_units, so kept
+// blocks get what they leave (-1 counts as none: resolve it first, ResidentUnits).
+int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes);
+
+// The resident units of `knobs` (policy.resident_units; -1 counts as none) placed on
+// the job's workers (runtime/plan/residency.h's PlaceResident).
+Residency ResidencyOf(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
+
+}  // namespace slidedp
