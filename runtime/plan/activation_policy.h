@@ -28,13 +28,13 @@ struct ActivationPlan {
 //  - activations "auto": offload when one step's layer inputs (layers x sequences x
 //    positions x hidden) would take more than 40% of the memory they may use, or, with
 //    a budget, when the least plan keeping them on the GPU (nothing resident, no kept
-//    graph) is predicted over it (step_model.h's EstimateMemory).
+//    graph) is predicted over it (memory_estimate.h's EstimateMemory).
 //  - mlp_tile_tokens 0: AutoMlpTile with one intermediate under 1 GiB, and under 1/32 of
 //    the budget when one is set.
 //  - resident_units -1: step_model.h's ResidentUnits within MemoryBudget(budget,
 //    device_available) with the placement chosen above and the default rates (none on
 //    the CPU device or without fp32 moments).
-//  - kept_blocks -1: step_model.h's KeptBlocks within the same memory, with the
+//  - kept_blocks -1: memory_estimate.h's KeptBlocks within the same memory, with the
 //    resident units chosen before (ResidentUnits chose the pair).
 // `device_available`: what the process can still allocate there (0: as `device_memory`),
 // the kept blocks' limit (another process on the GPU leaves less).
@@ -42,7 +42,7 @@ ActivationPlan ChooseActivations(const TrainConfig& config, const ModelConfig& m
                                  int64_t device_memory, int64_t device_available = 0);
 
 // The MLP tile alone, as ChooseActivations picks it for micro-batches of `rows`
-// sequences (the step-time model, step_model.cc, predicts with it too).
+// sequences (the step-time model, plan_shapes.cc's MlpTile, predicts with it too).
 int64_t ChooseMlpTile(const PolicyConfig& policy, int64_t rows, int64_t seq_len, int64_t ffn,
                       int64_t element_bytes);
 

@@ -1,7 +1,7 @@
 // StepSchedule: the order in which one worker's step streams the model's units through
 // its ring of parameter slots, as data. The engine's worker executes it
 // (runtime/engine/worker.cc: which unit each fetch brings, into which slot, when the
-// next fetch is issued) and the step model replays the same object (step_model.cc), so
+// next fetch is issued) and the step model replays the same object (step_replay.cc), so
 // that the model follows the engine when the step changes. Also the units by role
 // (embedding, block i, head) and their one name (UnitName, runtime/model/param_layout.h).
 // Plain data, no LibTorch; built once per worker or replay, read from any thread.

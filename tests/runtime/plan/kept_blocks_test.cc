@@ -1,5 +1,5 @@
 // Kept blocks (issue 20, part 2): how many of the last decoder blocks keep their graph
-// from forward to backward (KeptBlocks, KeptBlockBytes in step_model.h), what that does
+// from forward to backward (KeptBlocks, KeptBlockBytes in memory_estimate.h), what that does
 // to the predicted memory and step time, how the policy chooses the count within the
 // budget and gives kept blocks up first after an out-of-memory, and the count the
 // worker's ActivationPolicy resolves for the H200.
