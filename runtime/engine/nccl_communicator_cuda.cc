@@ -7,26 +7,33 @@
 #ifdef SLIDEDP_WITH_NCCL
 #include <c10/cuda/CUDAStream.h>
 
-#include <stdexcept>
+#include <string>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/cuda/nccl_group.h"
+#include "runtime/engine/exception_status.h"
 
 namespace slidedp {
 namespace {
 
-void Throw(const absl::Status& s) {
-  if (!s.ok()) throw std::runtime_error(std::string(s.message()));
-}
+// NcclGroup's statuses (file:line and the call in the message, the code of the failure:
+// DEADLINE_EXCEEDED for a timeout, ABORTED for an abort) go up as they are.
+void Throw(absl::Status s) { ThrowIfError(std::move(s)); }
 
 ncclDataType_t Type(const at::Tensor& t) {
   if (t.scalar_type() == at::kFloat) return ncclFloat32;
   if (t.scalar_type() == at::kBFloat16) return ncclBfloat16;
-  throw std::runtime_error("NCCL communicator: only fp32 and bf16 tensors");
+  throw StatusException(absl::InvalidArgumentError(
+      absl::StrCat("NCCL communicator: only fp32 and bf16 tensors, not ", std::string(c10::toString(t.scalar_type())))));
 }
 
 void CheckCapacity(const at::Tensor& t, int64_t elems) {
   const int64_t have = static_cast<int64_t>(t.storage().nbytes()) / t.element_size() - t.storage_offset();
-  if (have < elems) throw std::runtime_error("NCCL communicator: buffer not padded to world * slice");
+  if (have < elems) {
+    throw StatusException(absl::InternalError(absl::StrCat(
+        "NCCL communicator: a buffer of ", have, " elements, not padded to world * slice = ", elems)));
+  }
 }
 
 cudaStream_t Current(const at::Tensor& t) {
@@ -48,7 +55,9 @@ class NcclCommunicator final : public Communicator {
     const int64_t slice = SliceLength(in.numel(), world());
     CheckCapacity(in, slice * world());
     CheckCapacity(out, slice);
-    if (in.scalar_type() != out.scalar_type()) throw std::runtime_error("NCCL reduce-scatter: dtypes differ");
+    if (in.scalar_type() != out.scalar_type()) {
+      throw StatusException(absl::InternalError("NCCL reduce-scatter: input and output dtypes differ"));
+    }
     Throw(group_->ReduceScatter(rank, in.data_ptr(), out.data_ptr(), slice, Type(in), Current(in)));
   }
 
