@@ -98,33 +98,32 @@ void ResidentState::Update(int u, const AdamWHyper& h, const std::vector<float>&
   unit.updated = done;
 }
 
-void ResidentState::ToHost() {
-  for (int u = 0; u < state_->num_units(); ++u) {
-    if (!resident(u)) continue;
-    streams_[owner(u)]->HostWait(updated(u));
-    UnitState& host = state_->unit(u);
-    const Unit& unit = units_[u];
-    const int64_t n = unit.master.numel();
-    host.master.copy_(unit.master);
-    const MomentView mv = state_->moments(u);
-    HostFloats(mv.m, n).copy_(unit.m);
-    HostFloats(mv.v, n).copy_(unit.v);
-    state_->RefreshParams(u, 0, n);
-  }
-}
+void ResidentState::ToHost() { Copy(/*to_host=*/true); }
 
-void ResidentState::FromHost() {
+void ResidentState::FromHost() { Copy(/*to_host=*/false); }
+
+void ResidentState::Copy(bool to_host) {
   for (int u = 0; u < state_->num_units(); ++u) {
     if (!resident(u)) continue;
     streams_[owner(u)]->HostWait(updated(u));
-    const UnitState& host = state_->unit(u);
     Unit& unit = units_[u];
     const int64_t n = unit.master.numel();
-    unit.master.copy_(host.master);
     const MomentView mv = state_->moments(u);
-    unit.m.copy_(HostFloats(mv.m, n));
-    unit.v.copy_(HostFloats(mv.v, n));
-    unit.params.copy_(unit.master);
+    const std::pair<at::Tensor, at::Tensor> host_device[] = {
+        {state_->unit(u).master, unit.master}, {HostFloats(mv.m, n), unit.m}, {HostFloats(mv.v, n), unit.v}};
+    for (const auto& [host, device] : host_device) {
+      if (to_host) {
+        at::Tensor(host).copy_(device);
+      } else {
+        at::Tensor(device).copy_(host);
+      }
+    }
+    // The compute copy follows the master on the side that received it.
+    if (to_host) {
+      state_->RefreshParams(u, 0, n);
+    } else {
+      unit.params.copy_(unit.master);
+    }
   }
 }
 

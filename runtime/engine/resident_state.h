@@ -65,6 +65,9 @@ class ResidentState {
     Event grad_ready, updated;
   };
   ResidentState(HostState* state, const Residency& placement) : state_(state), placement_(placement) {}
+  // ToHost (`to_host`) or FromHost: master, m and v of every resident unit, then the
+  // receiving side's compute copy from its master.
+  void Copy(bool to_host);
 
   HostState* const state_;
   const Residency placement_;
