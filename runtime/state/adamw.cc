@@ -125,6 +125,8 @@ void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<
   alignas(64) float g[kPiece];
   alignas(64) float m[kPiece];
   alignas(64) float v[kPiece];
+  alignas(64) float roots[kPiece];  // int8: sqrt of the new v, from the update to the encode
+  const bool int8 = mv.dtype == MomentDtype::kInt8;
   for (int64_t pb = b; pb < e; pb += kPiece) {
     const int64_t pe = std::min(e, pb + kPiece), len = pe - pb;
     const float* gt = grad + pb;
@@ -134,12 +136,17 @@ void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<
     }
     const MomentView piece = OffsetMoments(mv, pb);
     adamw_internal::DecodeMoments(isa, piece, len, m, v);
+    int64_t updated = 0;
     for (size_t k = 0; k < spans.size(); ++k) {
       const int64_t sb = std::max(spans[k].begin, pb), se = std::min(spans[k].end, pe);
       if (se <= sb) continue;
-      adamw_internal::AdamWTile(isa, coeffs[k], se - sb, param + sb, gt + (sb - pb), m + (sb - pb), v + (sb - pb));
+      adamw_internal::AdamWTile(isa, coeffs[k], se - sb, param + sb, gt + (sb - pb), m + (sb - pb), v + (sb - pb),
+                                int8 ? roots + (sb - pb) : nullptr);
+      updated += se - sb;
     }
-    adamw_internal::EncodeMoments(isa, piece, len, m, v);
+    // The roots are the update's where the spans covered the piece (they always do for a
+    // unit); otherwise the encode takes them itself.
+    adamw_internal::EncodeMoments(isa, piece, len, m, v, int8 && updated == len ? roots : nullptr);
     if (grad == nullptr) adamw_internal::NarrowBf16(isa, param + pb, len, gp + pb);
   }
 }

@@ -16,8 +16,8 @@ namespace slidedp {
 namespace adamw_internal {
 namespace {
 
-void AdamWScalar(const Coeffs& c, int64_t n, float* p, const float* g, float* m, float* v) {
-  for (int64_t i = 0; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i);
+void AdamWScalar(const Coeffs& c, int64_t n, float* p, const float* g, float* m, float* v, float* sv) {
+  for (int64_t i = 0; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i, sv != nullptr ? sv + i : nullptr);
 }
 
 double SumSquaresScalar(const float* x, int64_t n) {
@@ -39,7 +39,7 @@ __attribute__((target("avx2,fma"))) inline __m256 Rounded256(__m256 x) {
 }
 
 __attribute__((target("avx2,fma"))) void AdamWAvx2(const Coeffs& c, int64_t n, float* p,
-                                                   const float* g, float* m, float* v) {
+                                                   const float* g, float* m, float* v, float* sv) {
   const __m256 scale = _mm256_set1_ps(c.grad_scale), decay = _mm256_set1_ps(c.decay);
   const __m256 b1 = _mm256_set1_ps(c.beta1), omb1 = _mm256_set1_ps(c.one_minus_beta1);
   const __m256 b2 = _mm256_set1_ps(c.beta2), omb2 = _mm256_set1_ps(c.one_minus_beta2);
@@ -52,13 +52,15 @@ __attribute__((target("avx2,fma"))) void AdamWAvx2(const Coeffs& c, int64_t n, f
     const __m256 mi = _mm256_fmadd_ps(gi, omb1, _mm256_mul_ps(b1, _mm256_loadu_ps(m + i)));
     const __m256 vi =
         _mm256_fmadd_ps(_mm256_mul_ps(omb2, gi), gi, _mm256_mul_ps(b2, _mm256_loadu_ps(v + i)));
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bias2), eps);
+    const __m256 root = _mm256_sqrt_ps(vi);
+    if (sv != nullptr) _mm256_storeu_ps(sv + i, root);
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(root, bias2), eps);
     const __m256 step = _mm256_div_ps(_mm256_mul_ps(nss, mi), denom);
     _mm256_storeu_ps(p + i, _mm256_add_ps(decayed, step));
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
   }
-  for (; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i);
+  for (; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i, sv != nullptr ? sv + i : nullptr);
 }
 
 // All-lanes masks: the maskz forms of sqrt and cvtps_pd compute the same as the plain
@@ -72,7 +74,7 @@ __attribute__((target("avx512f"))) inline __m512 Rounded512(__m512 x) {
 }
 
 __attribute__((target("avx512f"))) void AdamWAvx512(const Coeffs& c, int64_t n, float* p,
-                                                    const float* g, float* m, float* v) {
+                                                    const float* g, float* m, float* v, float* sv) {
   const __m512 scale = _mm512_set1_ps(c.grad_scale), decay = _mm512_set1_ps(c.decay);
   const __m512 b1 = _mm512_set1_ps(c.beta1), omb1 = _mm512_set1_ps(c.one_minus_beta1);
   const __m512 b2 = _mm512_set1_ps(c.beta2), omb2 = _mm512_set1_ps(c.one_minus_beta2);
@@ -85,13 +87,15 @@ __attribute__((target("avx512f"))) void AdamWAvx512(const Coeffs& c, int64_t n, 
     const __m512 mi = _mm512_fmadd_ps(gi, omb1, _mm512_mul_ps(b1, _mm512_loadu_ps(m + i)));
     const __m512 vi =
         _mm512_fmadd_ps(_mm512_mul_ps(omb2, gi), gi, _mm512_mul_ps(b2, _mm512_loadu_ps(v + i)));
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_sqrt_ps(kAll16, vi), bias2), eps);
+    const __m512 root = _mm512_maskz_sqrt_ps(kAll16, vi);
+    if (sv != nullptr) _mm512_storeu_ps(sv + i, root);
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, bias2), eps);
     const __m512 step = _mm512_div_ps(_mm512_mul_ps(nss, mi), denom);
     _mm512_storeu_ps(p + i, _mm512_add_ps(decayed, step));
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
   }
-  for (; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i);
+  for (; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i, sv != nullptr ? sv + i : nullptr);
 }
 
 // Squares are exact in double (24-bit mantissas), so only the additions round.
@@ -199,16 +203,16 @@ Coeffs MakeCoeffs(const AdamWHyper& h) {
 }
 
 void AdamWTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, float* m,
-               float* v) {
+               float* v, float* sqrt_v) {
   switch (isa) {
 #ifdef SLIDEDP_X86_KERNELS
     case Isa::kAvx512:
-      return AdamWAvx512(c, n, param, grad, m, v);
+      return AdamWAvx512(c, n, param, grad, m, v, sqrt_v);
     case Isa::kAvx2:
-      return AdamWAvx2(c, n, param, grad, m, v);
+      return AdamWAvx2(c, n, param, grad, m, v, sqrt_v);
 #endif
     default:
-      return AdamWScalar(c, n, param, grad, m, v);
+      return AdamWScalar(c, n, param, grad, m, v, sqrt_v);
   }
 }
 

@@ -52,12 +52,14 @@ inline float Rounded(float x) {
 // The definition of one element's update, in torch's order (adamw.h). torch's CPU
 // kernels for `m.mul_(b1).add_(g, 1 - b1)` and `v.mul_(b2).addcmul_(g, g, 1 - b2)` use
 // a fused multiply-add, so this does too; everything else is rounded op by op.
-inline void AdamWElement(const Coeffs& c, float* p, float g_raw, float* m, float* v) {
+inline void AdamWElement(const Coeffs& c, float* p, float g_raw, float* m, float* v, float* sqrt_v = nullptr) {
   const float g = c.grad_scale * g_raw;
   const float decayed = Rounded(*p * c.decay);
   const float m_new = __builtin_fmaf(g, c.one_minus_beta1, c.beta1 * *m);
   const float v_new = __builtin_fmaf(c.one_minus_beta2 * g, g, c.beta2 * *v);
-  const float denom = __builtin_sqrtf(v_new) / c.bias2_sqrt + c.eps;
+  const float root = __builtin_sqrtf(v_new);
+  if (sqrt_v != nullptr) *sqrt_v = root;
+  const float denom = root / c.bias2_sqrt + c.eps;
   *p = decayed + (c.neg_step_size * m_new) / denom;
   *m = m_new;
   *v = v_new;
@@ -79,10 +81,11 @@ inline float WidenBf16(uint16_t b) {
   return x;
 }
 
-// AdamW over elements [0, n) of the given buffers with kernel `isa`.
-// Requires IsaSupported(isa).
+// AdamW over elements [0, n) of the given buffers with kernel `isa`. With `sqrt_v`, also
+// stores there the square root of each new v that the update computes anyway (the 8-bit
+// encode's input, EncodeMoments). Requires IsaSupported(isa).
 void AdamWTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, float* m,
-               float* v);
+               float* v, float* sqrt_v = nullptr);
 
 // Sum of squares of x[0, n) in double with kernel `isa`; the order of additions depends
 // only on `isa` and `n`. Requires IsaSupported(isa).
@@ -97,8 +100,10 @@ void WidenBf16(Isa isa, const uint16_t* in, int64_t n, float* out);
 void NarrowBf16(Isa isa, const float* in, int64_t n, uint16_t* out);
 
 // fp32 `m` and `v` [0, n) into the storage of `mv` (int8: the blocks' scales too; the
-// last block may be partial).
-void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v);
+// last block may be partial). int8 encodes v from its square roots: `sqrt_v` [0, n) when
+// the update has them (AdamWTile's), else computed here (the same bits).
+void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v,
+                   const float* sqrt_v = nullptr);
 
 }  // namespace adamw_internal
 }  // namespace slidedp

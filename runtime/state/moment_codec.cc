@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "runtime/state/adamw_kernels.h"
 
@@ -128,8 +129,8 @@ float DecodeSigned8(int8_t q, float absmax) {
   return q < 0 ? -val : val;
 }
 
-uint8_t EncodeUnsigned8(float x, float inv_absmax) {
-  const float r = std::sqrt(x * inv_absmax);
+uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax) {
+  const float r = sqrt_v * inv_sqrt_absmax;
   uint32_t c = EncodeUnitFloat<kVBits>(r);
   if (c == 0 && r > 0.0f) c = 1;  // a nonzero v stays nonzero: the update divides by it
   return static_cast<uint8_t>(c);
@@ -152,18 +153,22 @@ void DecodeInt8Scalar(const MomentView& mv, int64_t n, float* m, float* v) {
   }
 }
 
-void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const float* v) {
+// v's block factor: 1 / sqrt(absmax) (0: inf, and the codes 0, NaN -> 0), the same
+// scalar operations in every kernel.
+inline float InvSqrtScale(float absmax) { return 1.0f / std::sqrt(absmax); }
+
+void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const float* v, const float* sqrt_v) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax(m + b, len), sv = AbsMax(v + b, len);
-    const float im = 1.0f / sm, iv = 1.0f / sv;  // 0: inf, and the codes 0 (NaN -> 0)
+    const float im = 1.0f / sm, iv = InvSqrtScale(sv);  // 0: inf, and the codes 0 (NaN -> 0)
     mv.m_scale[b / kMomentBlock] = sm;
     mv.v_scale[b / kMomentBlock] = sv;
     for (int64_t i = b; i < b + len; ++i) {
       qm[i] = EncodeSigned8(m[i], im);
-      qv[i] = EncodeUnsigned8(v[i], iv);
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv);
     }
   }
 }
@@ -218,14 +223,14 @@ SLIDEDP_AVX512 inline __m512i EncodeUnitFloat512(__m512 x) {
   const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, u, s), _mm512_set1_epi32(1));
   const __m512i r = _mm512_maskz_srli_epi32(
       kAll16, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32((1 << (s - 1)) - 1)), lsb), s);
-  __m512i c = _mm512_sub_epi32(r, _mm512_set1_epi32(static_cast<int>(kExpOffset << K)));
-  if (small & pos) {  // subnormal lanes are rare: their path only when there are some
-    const __m512 scaled = _mm512_mul_ps(x, _mm512_set1_ps(kSubnormalScale<K>));
-    const __m512i cs = _mm512_maskz_cvttps_epi32(
-        kAll16, _mm512_maskz_roundscale_ps(kAll16, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    c = _mm512_mask_mov_epi32(c, small, cs);
-  }
-  return _mm512_maskz_mov_epi32(pos, c);
+  const __m512i cn = _mm512_sub_epi32(r, _mm512_set1_epi32(static_cast<int>(kExpOffset << K)));
+  // Subnormal codes, without a branch (they are common in a block of moments, and a
+  // branch on them mispredicts): x * 2^(14+K) is below 2^K, so adding 2^23 rounds it to
+  // an integer, to nearest even as nearbyint does, held in the sum's low mantissa bits.
+  const __m512 magic = _mm512_set1_ps(8388608.0f);  // 2^23
+  const __m512 scaled = _mm512_mul_ps(x, _mm512_set1_ps(kSubnormalScale<K>));
+  const __m512i cs = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(scaled, magic)), _mm512_castps_si512(magic));
+  return _mm512_maskz_mov_epi32(pos, _mm512_mask_mov_epi32(cn, small, cs));
 }
 
 template <int K>
@@ -271,14 +276,15 @@ SLIDEDP_AVX512 void DecodeInt8Avx512(const MomentView& mv, int64_t n, float* m, 
   }
 }
 
-SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const float* m, const float* v) {
+SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const float* m, const float* v,
+                                     const float* sqrt_v) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
   const __m512i one = _mm512_set1_epi32(1);
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax512(m + b, len), sv = AbsMax512(v + b, len);
-    const float im = 1.0f / sm, iv = 1.0f / sv;
+    const float im = 1.0f / sm, iv = InvSqrtScale(sv);
     mv.m_scale[b / kMomentBlock] = sm;
     mv.v_scale[b / kMomentBlock] = sv;
     const __m512 vim = _mm512_set1_ps(im), viv = _mm512_set1_ps(iv);
@@ -289,14 +295,14 @@ SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const floa
       const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
       cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
-      const __m512 r = _mm512_maskz_sqrt_ps(kAll16, _mm512_mul_ps(_mm512_loadu_ps(v + i), viv));
+      const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(sqrt_v + i), viv);
       const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
       const __m512i cv = _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, EncodeUnitFloat512<kVBits>(r), one);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, cv));
     }
     for (; i < b + len; ++i) {
       qm[i] = EncodeSigned8(m[i], im);
-      qv[i] = EncodeUnsigned8(v[i], iv);
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv);
     }
   }
 }
@@ -377,7 +383,8 @@ SLIDEDP_AVX2 void DecodeInt8Avx2(const MomentView& mv, int64_t n, float* m, floa
   }
 }
 
-SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m, const float* v) {
+SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m, const float* v,
+                                 const float* sqrt_v) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
   const __m256i one = _mm256_set1_epi32(1);
@@ -385,7 +392,7 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax256(m + b, len), sv = AbsMax256(v + b, len);
-    const float im = 1.0f / sm, iv = 1.0f / sv;
+    const float im = 1.0f / sm, iv = InvSqrtScale(sv);
     mv.m_scale[b / kMomentBlock] = sm;
     mv.v_scale[b / kMomentBlock] = sv;
     const __m256 vim = _mm256_set1_ps(im), viv = _mm256_set1_ps(iv);
@@ -396,7 +403,7 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
       const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
       c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cm), c);
-      const __m256 r = _mm256_sqrt_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), viv));
+      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(sqrt_v + i), viv);
       const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
       const __m256i cvv = _mm256_and_si256(_mm256_max_epi32(EncodeUnitFloat256<kVBits>(r), one), pos);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cv), cvv);
@@ -407,7 +414,7 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
     }
     for (; i < b + len; ++i) {
       qm[i] = EncodeSigned8(m[i], im);
-      qv[i] = EncodeUnsigned8(v[i], iv);
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv);
     }
   }
 }
@@ -459,7 +466,8 @@ void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v)
   }
 }
 
-void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v) {
+void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v,
+                   const float* sqrt_v) {
   if (mv.dtype == MomentDtype::kFp32) {
     std::memcpy(mv.m, m, n * sizeof(float));
     std::memcpy(mv.v, v, n * sizeof(float));
@@ -470,15 +478,21 @@ void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, con
     NarrowBf16(isa, v, n, static_cast<uint16_t*>(mv.v));
     return;
   }
+  std::vector<float> roots;
+  if (sqrt_v == nullptr) {  // not given by the update: the same correctly rounded roots
+    roots.resize(n);
+    for (int64_t i = 0; i < n; ++i) roots[i] = std::sqrt(v[i]);
+    sqrt_v = roots.data();
+  }
   switch (isa) {
 #ifdef SLIDEDP_X86_KERNELS
     case Isa::kAvx512:
-      return EncodeInt8Avx512(mv, n, m, v);
+      return EncodeInt8Avx512(mv, n, m, v, sqrt_v);
     case Isa::kAvx2:
-      return EncodeInt8Avx2(mv, n, m, v);
+      return EncodeInt8Avx2(mv, n, m, v, sqrt_v);
 #endif
     default:
-      return EncodeInt8Scalar(mv, n, m, v);
+      return EncodeInt8Scalar(mv, n, m, v, sqrt_v);
   }
 }
 

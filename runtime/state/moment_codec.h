@@ -12,9 +12,10 @@
 // map of 8-bit Adam gives it:
 //   m (signed):       sign and x = |m| / absmax with K = 3 (steps of 1/8 relative;
 //                     down to absmax * 2^-17, smaller magnitudes become 0)
-//   v (non-negative): x = sqrt(v / absmax) with K = 4 (steps of 1/16 relative in
-//                     sqrt(v), the quantity the update divides by; a nonzero v never
-//                     becomes 0: at least absmax * 2^-36)
+//   v (non-negative): x = sqrt(v) * (1 / sqrt(absmax)) with K = 4 (steps of 1/16
+//                     relative in sqrt(v), the quantity the update divides by, whose
+//                     root the update has already taken; a nonzero v never becomes 0:
+//                     at least absmax * 2^-36)
 // Precision where the values are matters more than the range: with a coarse map a
 // moment that changes by less than half a step per update stays where it is.
 // Non-finite inputs encode as 0 (the engine does not update on a non-finite step).
@@ -73,11 +74,12 @@ std::vector<MomentBuffer> MomentBuffers(const MomentView& mv, int64_t n);
 
 namespace adamw_internal {
 
-// The single values, for tests and the reference: one 8-bit code (given the reciprocal
-// of the block's scale, 1.0f / absmax, which every kernel multiplies by) and back.
+// The single values, for tests and the reference: one 8-bit code (given the factor of
+// the block's scale that every kernel multiplies by: 1.0f / absmax for m, and for v,
+// given sqrt(v), 1.0f / sqrt(absmax)) and back.
 int8_t EncodeSigned8(float x, float inv_absmax);
 float DecodeSigned8(int8_t q, float absmax);
-uint8_t EncodeUnsigned8(float x, float inv_absmax);
+uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax);
 float DecodeUnsigned8(uint8_t q, float absmax);
 
 }  // namespace adamw_internal
