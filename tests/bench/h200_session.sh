@@ -6,7 +6,7 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw moments4
+# long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
@@ -225,6 +225,8 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     # Issue 22: the update's rate per optimizer.state_dtype (16 threads), and the 3.09B
     # step at 4 x 4096 with clipping (the update on the critical path) per dtype.
     adamw) TAILN=30 step adamw 150 build-gpu/tests/bench/adamw_bench 256M ;;
+    # Issue 22's quality: 300 steps of text, the 3.09B shape, fp32/bf16/int8 moments at once.
+    quality22) TAILN=10 step quality22 ${QUALITY_CAP:-560} tests/bench/quality_moments.sh build-gpu "$R/quality22" ;;
     moments4) TAILN=8 step moments4 200 bash -c '
            for d in fp32 bf16 int8; do '"$SB"' --micro_batch_size=1 --grad_accum=4 --state_dtype=$d | grep -E "mean of|setup"; done' ;;
     moments7b) TAILN=8 step moments7b 260 bash -c '
