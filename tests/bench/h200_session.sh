@@ -9,7 +9,7 @@
 # long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
-# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests;
+# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23;
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
