@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -69,6 +70,12 @@ class DeviceStreams {
   // what LibTorch's cache holds unused (0 on the CPU device).
   virtual int64_t MemoryAvailable() = 0;
   virtual void ResetPeak() = 0;
+  // Profiling: a named NVTX range on the calling thread around the work it issues (the
+  // worker's "forward block 5"), so that ncu and nsys can select one unit's kernels
+  // (`ncu --nvtx --nvtx-include "forward block 5/"`). Only with SLIDEDP_NVTX=1 in the
+  // environment and on CUDA; otherwise nothing. Push and pop pair on one thread.
+  virtual void RangePush(const std::string& /*name*/) {}
+  virtual void RangePop() {}
 };
 
 // Defined in device_streams_cuda.cc when LibTorch has CUDA, else returns an error.

@@ -7,12 +7,25 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda/cuda_check.h"
 
 namespace slidedp {
 namespace {
+
+// SLIDEDP_NVTX=1: the worker's units as NVTX ranges (DeviceStreams::RangePush).
+bool NvtxOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("SLIDEDP_NVTX");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
 
 struct CudaEvent {
   cudaEvent_t ev = nullptr;
@@ -100,6 +113,12 @@ class CudaStreams final : public DeviceStreams {
            stats.allocated_bytes[kAggregate].current;
   }
   void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(device_); }
+  void RangePush(const std::string& name) override {
+    if (NvtxOn()) nvtxRangePushA(name.c_str());
+  }
+  void RangePop() override {
+    if (NvtxOn()) nvtxRangePop();
+  }
 
  private:
   // StatType::AGGREGATE, the first entry of every statistic (the enum moved between

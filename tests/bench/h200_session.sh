@@ -9,7 +9,7 @@
 # long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
-# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23;
+# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
@@ -225,6 +225,16 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     # Issue 22: the update's rate per optimizer.state_dtype (16 threads), and the 3.09B
     # step at 4 x 4096 with clipping (the update on the critical path) per dtype.
     adamw) TAILN=30 step adamw 150 build-gpu/tests/bench/adamw_bench 256M ;;
+    # Issue 20: the kernels of one forward and one backward block at 16K tokens (3.09B, 4 x
+    # 4096 a micro-batch), each kernel's time from ncu, selected by the worker's NVTX ranges.
+    ncublock) TAILN=60 step ncublock ${NCU_CAP:-400} bash -c '
+           for phase in forward backward; do
+             echo "== $phase block 20"
+             SLIDEDP_NVTX=1 ncu --nvtx --nvtx-include "$phase block 20/" --launch-count ${NCU_KERNELS:-80} \
+               --metrics gpu__time_duration.sum --print-summary per-kernel \
+               '"$B"'/step_bench --model=qwen2.5-3b --steps=2 --prefetch=2 --micro_batch_size=4 --grad_accum=1 \
+               --kept_blocks=0 2>&1 | grep -vE "^==PROF==" | tail -n 60
+           done' ;;
     # Issue 22's quality: 300 steps of text, the 3.09B shape, fp32/bf16/int8 moments at once.
     quality22) TAILN=10 step quality22 ${QUALITY_CAP:-560} tests/bench/quality_moments.sh build-gpu "$R/quality22" ;;
     moments4) TAILN=8 step moments4 200 bash -c '
