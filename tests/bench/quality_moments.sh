@@ -6,7 +6,8 @@
 #   tests/bench/quality_moments.sh [BUILD_DIR (build-gpu)] [OUT (/tmp/quality_moments)]
 # Environment: MODEL (qwen2.5-3b), STEPS (300), SEQ (512), MBS (4), LR (3e-4), DEVICE
 # (cuda), DTYPES ("fp32 bf16 int8"), PARALLEL (1: the runs at once, each with
-# UPDATE_THREADS (5) update threads; 0: one after the other), TOKENIZER (the repository's
+# UPDATE_THREADS (5) update threads and GPU_BUDGET (40e9) bytes of the GPU; 0: one after
+# the other), TOKENIZER (the repository's
 # Qwen2-style tokenizer fixture). The corpus is the repository's own text (Markdown and
 # C++ headers) as JSON lines. Progress: each run's log in OUT/DTYPE.log.
 set -euo pipefail
@@ -16,6 +17,9 @@ out="${2:-/tmp/quality_moments}"
 model="${MODEL:-qwen2.5-3b}" steps="${STEPS:-300}" seq="${SEQ:-512}" mbs="${MBS:-4}" lr="${LR:-3e-4}"
 device="${DEVICE:-cuda}" dtypes="${DTYPES:-fp32 bf16 int8}" parallel="${PARALLEL:-1}"
 tokenizer="${TOKENIZER:-tests/reference/fixtures/tokenizer/qwen2/tokenizer.json}"
+# Runs at once share the GPU: each plans its kept blocks and resident units within a
+# third of an H200 (GPU_BUDGET bytes; 0: the whole GPU, for one run at a time).
+budget="${GPU_BUDGET:-$([[ "$parallel" == 1 ]] && echo 40000000000 || echo 0)}"
 train="$build/runtime/slidedp-train"
 [[ -x "$train" ]] || { echo "quality_moments: $train is not built" >&2; exit 2; }
 mkdir -p "$out"
@@ -56,6 +60,7 @@ optimizer:
   state_dtype: $d
 policy:
   update_threads: ${UPDATE_THREADS:-5}
+  gpu_memory_budget_bytes: $budget
 seed: 1234
 EOF
   echo "quality_moments: $d: $train $out/$d.yaml > $out/$d.log"
