@@ -26,7 +26,7 @@ struct DataConfig {
   //              format, loss on the assistant messages.
   std::string format = "synthetic";
   std::string path;
-  std::string token_dtype = "uint16";
+  TokenDtype token_dtype = TokenDtype::kUint16;
   bool shuffle = true;
   // Text formats: a tokenizer.json or a directory holding one; empty: the model
   // directory's (a preset has none).
@@ -47,7 +47,7 @@ struct OptimizerConfig {
   double lr = 3e-4;
   double min_lr_ratio = 0.1;   // cosine/linear decay to lr * min_lr_ratio
   int64_t warmup_steps = 0;
-  std::string schedule = "cosine";  // constant | linear | cosine
+  LrScheduleKind schedule = LrScheduleKind::kCosine;  // constant | linear | cosine
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

@@ -1,5 +1,6 @@
-// The enumerations of TrainConfig (device, compute dtype, the optimizer's moment dtype,
-// and the policy's routes and placements), each with its one table of names. Job files, JSON, checkpoints and the API carry the names; the parser
+// The enumerations of TrainConfig (device, compute dtype, the token file's element type,
+// the optimizer's schedule and moment dtype, and the policy's routes and placements),
+// each with its one table of names. Job files, JSON, checkpoints and the API carry the names; the parser
 // (train_config.cc, and the server's JobSpec translation) turns them into these enums,
 // and no code past it compares the names. Plain data; no threads.
 #pragma once
@@ -31,6 +32,11 @@ enum class MomentDtype { kFp32, kBf16, kInt8 };
 // on cuda.
 enum class ComputeDtype { kFp32, kBf16 };
 
+// The element type of a raw token file (data.format tokens; llm.c files say their own).
+enum class TokenDtype { kUint16, kUint32 };
+// The learning rate after warmup (optimizer.schedule, runtime/state/lr_schedule.h).
+enum class LrScheduleKind { kConstant, kLinear, kCosine };
+
 template <typename E>
 struct EnumName {
   E value;
@@ -54,6 +60,10 @@ inline constexpr EnumName<MomentDtype> kMomentDtypeNames[] = {
     {MomentDtype::kFp32, "fp32"}, {MomentDtype::kBf16, "bf16"}, {MomentDtype::kInt8, "int8"}};
 inline constexpr EnumName<GradLanding> kGradLandingNames[] = {
     {GradLanding::kAuto, "auto"}, {GradLanding::kFp32, "fp32"}, {GradLanding::kBf16, "bf16"}};
+inline constexpr EnumName<TokenDtype> kTokenDtypeNames[] = {{TokenDtype::kUint16, "uint16"},
+                                                            {TokenDtype::kUint32, "uint32"}};
+inline constexpr EnumName<LrScheduleKind> kLrScheduleKindNames[] = {
+    {LrScheduleKind::kConstant, "constant"}, {LrScheduleKind::kLinear, "linear"}, {LrScheduleKind::kCosine, "cosine"}};
 
 constexpr const auto& NamesOf(DeviceKind) { return kDeviceKindNames; }
 constexpr const auto& NamesOf(ComputeDtype) { return kComputeDtypeNames; }
@@ -62,6 +72,8 @@ constexpr const auto& NamesOf(GradRoute) { return kGradRouteNames; }
 constexpr const auto& NamesOf(ActivationPlacement) { return kActivationPlacementNames; }
 constexpr const auto& NamesOf(GradLanding) { return kGradLandingNames; }
 constexpr const auto& NamesOf(MomentDtype) { return kMomentDtypeNames; }
+constexpr const auto& NamesOf(TokenDtype) { return kTokenDtypeNames; }
+constexpr const auto& NamesOf(LrScheduleKind) { return kLrScheduleKindNames; }
 
 // The name of `value`; "" for a value outside the table (a cast).
 template <typename E>

@@ -111,7 +111,7 @@ Check CheckData(const DataConfig& d) {
                         "tokens, jsonl, text, prompt_completion or chat")) {
     return c;
   }
-  return OneOf("data.token_dtype", d.token_dtype, {"uint16", "uint32"});
+  return Known("data.token_dtype", d.token_dtype);
 }
 
 Check CheckOptimizer(const OptimizerConfig& o) {
@@ -120,7 +120,7 @@ Check CheckOptimizer(const OptimizerConfig& o) {
   const bool ratio_ok = o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1;
   if (Check c = Real("optimizer.min_lr_ratio", o.min_lr_ratio, ratio_ok, "in [0, 1]")) return c;
   if (Check c = Bounded("optimizer.warmup_steps", o.warmup_steps, 0, kMaxSteps)) return c;
-  if (Check c = OneOf("optimizer.schedule", o.schedule, {"constant", "linear", "cosine"})) return c;
+  if (Check c = Known("optimizer.schedule", o.schedule)) return c;
   if (Check c = Real("optimizer.beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)"))
     return c;
   if (Check c = Real("optimizer.beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)"))

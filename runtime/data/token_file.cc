@@ -54,23 +54,26 @@ absl::StatusOr<Layout> LlmcLayout(const DataFileMapping& file) {
   return layout;
 }
 
-absl::StatusOr<Layout> RawLayout(const DataFileMapping& file, const std::string& token_dtype) {
+absl::StatusOr<Layout> RawLayout(const DataFileMapping& file, TokenDtype token_dtype) {
   Layout layout;
-  if (token_dtype == "uint16") {
-    layout.width = 2;
-  } else if (token_dtype == "uint32") {
-    layout.width = 4;
-  } else {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: data.token_dtype \"%s\" is not uint16 or uint32", EchoPath(file.path()), Echo(token_dtype)));
+  switch (token_dtype) {
+    case TokenDtype::kUint16:
+      layout.width = 2;
+      break;
+    case TokenDtype::kUint32:
+      layout.width = 4;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: data.token_dtype %d is not uint16 or uint32", EchoPath(file.path()), static_cast<int>(token_dtype)));
   }
-  layout.kind = token_dtype;
+  layout.kind = NameOf(token_dtype);
   const int64_t size = static_cast<int64_t>(file.size());
   if (size % layout.width != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d bytes is not a multiple of the %d-byte %s token size (wrong token_dtype, "
         "or a truncated file)",
-        EchoPath(file.path()), size, layout.width, token_dtype));
+        EchoPath(file.path()), size, layout.width, layout.kind));
   }
   layout.count = size / layout.width;
   return layout;
@@ -134,7 +137,7 @@ class TokenFile final : public TokenSource {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenTokenFile(const std::string& path,
-                                                           const std::string& token_dtype,
+                                                           TokenDtype token_dtype,
                                                            int64_t vocab_size,
                                                            int64_t eager_check_bytes) {
   if (vocab_size < 1 || vocab_size > (int64_t{1} << 31)) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/data/token_source.h"
+#include "runtime/train_config_enums.h"
 
 namespace slidedp {
 
@@ -24,14 +25,14 @@ inline constexpr int64_t kLlmcHeaderBytes = kLlmcHeaderInts * 4;
 // larger ones are checked as each window is read (Read fails naming the token).
 inline constexpr int64_t kTokenFileEagerCheckBytes = int64_t{256} << 20;
 
-// Opens `path`. `token_dtype` ("uint16" or "uint32") applies to raw files. Errors
+// Opens `path`. `token_dtype` (uint16 or uint32) applies to raw files. Errors
 // (each naming the file): missing, empty, size not a multiple of the token size, llm.c
 // header with an unknown version or a token count that disagrees with the file size,
 // and (for files up to kTokenFileEagerCheckBytes) a token id >= vocab_size, naming its
 // index. vocab_size must be in [1, 2^31]. Files larger than `eager_check_bytes` are
 // checked lazily by Read instead (tests lower it).
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenTokenFile(
-    const std::string& path, const std::string& token_dtype, int64_t vocab_size,
+    const std::string& path, TokenDtype token_dtype, int64_t vocab_size,
     int64_t eager_check_bytes = kTokenFileEagerCheckBytes);
 
 }  // namespace slidedp

@@ -14,9 +14,13 @@ double LearningRate(const OptimizerConfig& opt, int64_t step, int64_t total_step
   const double span = static_cast<double>(std::max<int64_t>(1, total_steps - opt.warmup_steps));
   const double t = std::clamp(static_cast<double>(step - opt.warmup_steps) / span, 0.0, 1.0);
   const double r = opt.min_lr_ratio;
-  if (opt.schedule == "linear") return opt.lr * (r + (1.0 - r) * (1.0 - t));
-  if (opt.schedule == "cosine") {
-    return opt.lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(M_PI * t)));
+  switch (opt.schedule) {
+    case LrScheduleKind::kLinear:
+      return opt.lr * (r + (1.0 - r) * (1.0 - t));
+    case LrScheduleKind::kCosine:
+      return opt.lr * (r + (1.0 - r) * 0.5 * (1.0 + std::cos(M_PI * t)));
+    case LrScheduleKind::kConstant:
+      break;
   }
   return opt.lr;
 }

@@ -17,8 +17,7 @@ namespace slidedp {
 //     "linear":   lr * (r + (1 - r) * (1 - t))
 //     "cosine":   lr * (r + (1 - r) * (1 + cos(pi t)) / 2)
 //   where r = min_lr_ratio, so decay reaches lr * r at step == total_steps (and stays
-// there past it). A negative `step` counts as 0. An unknown schedule name behaves as
-// "constant" (ValidateTrainConfig rejects those).
+// there past it). A negative `step` counts as 0.
 double LearningRate(const OptimizerConfig& opt, int64_t step, int64_t total_steps);
 
 }  // namespace slidedp

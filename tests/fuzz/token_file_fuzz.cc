@@ -11,7 +11,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const std::string dtype = (data[0] & 1) ? "uint32" : "uint16";
+  const slidedp::TokenDtype dtype = (data[0] & 1) ? slidedp::TokenDtype::kUint32 : slidedp::TokenDtype::kUint16;
   const int64_t vocab = (data[0] & 2) ? 50000 : 300;
   const int64_t eager = (data[0] & 4) ? 0 : int64_t{1} << 20;  // lazy or eager range check
   const std::string path = slidedp::fuzz::InputAsFile(data + 1, size - 1);

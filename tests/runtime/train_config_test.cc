@@ -121,7 +121,7 @@ TEST(TrainConfigTest, ParsesFullYaml) {
   EXPECT_EQ(c->model, "qwen2.5-0.5b");
   EXPECT_EQ(c->data.format, "tokens");
   EXPECT_EQ(c->data.path, "/data/corpus.bin");
-  EXPECT_EQ(c->data.token_dtype, "uint32");
+  EXPECT_EQ(c->data.token_dtype, TokenDtype::kUint32);
   EXPECT_FALSE(c->data.shuffle);
   EXPECT_EQ(c->seq_len, 2048);
   EXPECT_EQ(c->micro_batch_size, 2);
@@ -133,7 +133,7 @@ TEST(TrainConfigTest, ParsesFullYaml) {
   EXPECT_DOUBLE_EQ(c->optimizer.lr, 2e-5);
   EXPECT_DOUBLE_EQ(c->optimizer.min_lr_ratio, 0.05);
   EXPECT_EQ(c->optimizer.warmup_steps, 50);
-  EXPECT_EQ(c->optimizer.schedule, "linear");
+  EXPECT_EQ(c->optimizer.schedule, LrScheduleKind::kLinear);
   EXPECT_DOUBLE_EQ(c->optimizer.beta1, 0.85);
   EXPECT_DOUBLE_EQ(c->optimizer.beta2, 0.999);
   EXPECT_DOUBLE_EQ(c->optimizer.eps, 1e-6);
@@ -267,7 +267,7 @@ TEST(TrainConfigTest, LoadsJsonFile) {
   EXPECT_EQ(c->steps, 20);
   EXPECT_EQ(c->workers, 2);
   EXPECT_DOUBLE_EQ(c->optimizer.lr, 1e-3);
-  EXPECT_EQ(c->optimizer.schedule, "constant");
+  EXPECT_EQ(c->optimizer.schedule, LrScheduleKind::kConstant);
   EXPECT_EQ(c->policy.grad_route, GradRoute::kReduceOne);
   EXPECT_EQ(c->seq_len, TrainConfig{}.seq_len);  // absent: default
 }

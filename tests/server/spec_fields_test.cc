@@ -54,9 +54,9 @@ TEST(SpecFieldsTest, TheProtoAndTheFieldListNameTheSameFields) {
 // defaults, away from them, through the spec and back.
 TEST(SpecFieldsTest, ThePolicyAndTheRestSurviveTheRoundTrip) {
   TrainConfig c;
-  c.data.token_dtype = "uint32";
+  c.data.token_dtype = TokenDtype::kUint32;
   c.data.shuffle = false;
-  c.optimizer = {1e-3, 0.2, 4, "linear", 0.8, 0.9, 1e-6, 0.01, 0.5};
+  c.optimizer = {1e-3, 0.2, 4, LrScheduleKind::kLinear, 0.8, 0.9, 1e-6, 0.01, 0.5};
   c.checkpoint_dir = "/ck";
   c.max_bad_steps = 7;
   c.output_dir = "/out";

@@ -55,7 +55,7 @@ TEST(SpecTranslationTest, RoundTripKeepsEveryField) {
   c.steps = 9;
   c.seed = 18446744073709551615ull;
   c.optimizer.lr = 1.25e-5;
-  c.optimizer.schedule = "linear";
+  c.optimizer.schedule = LrScheduleKind::kLinear;
   c.optimizer.warmup_steps = 4;
   c.policy.chunk_elems = 1 << 20;
   c.policy.grad_route = GradRoute::kReduceScatter;

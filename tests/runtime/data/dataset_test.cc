@@ -68,7 +68,7 @@ std::vector<uint32_t> KnownTokens(int64_t n, uint32_t modulus, uint32_t base = 0
   return t;
 }
 
-DataConfig TokensConfig(const std::string& path, const std::string& dtype = "uint16",
+DataConfig TokensConfig(const std::string& path, TokenDtype dtype = TokenDtype::kUint16,
                         bool shuffle = false) {
   DataConfig c;
   c.format = "tokens";
@@ -142,7 +142,7 @@ TEST(TokenFileTest, LlmcHeaderVersion1) {
   const std::vector<uint32_t> tokens = KnownTokens(50, 50000);
   const std::string path = WriteFile("llmc_v1.bin", LlmcFile(tokens, 1, 50));
   // token_dtype is ignored: the header decides.
-  auto d = MustOpen(TokensConfig(path, "uint32"), 7, 50257);
+  auto d = MustOpen(TokensConfig(path, TokenDtype::kUint32), 7, 50257);
   ASSERT_NE(d, nullptr);
   ExpectSequentialWindows(MustNext(*d, 7), tokens, 0);
   EXPECT_TRUE(Contains(d->Describe(), "llm.c v1"));
@@ -159,7 +159,7 @@ TEST(TokenFileTest, LlmcHeaderVersion2Uint32) {
 TEST(TokenFileTest, RawUint32) {
   const std::vector<uint32_t> tokens = KnownTokens(64, 128000, 70000);
   const std::string path = WriteFile("raw32.bin", RawTokens(tokens, 4));
-  auto d = MustOpen(TokensConfig(path, "uint32"), 9, 200000);
+  auto d = MustOpen(TokensConfig(path, TokenDtype::kUint32), 9, 200000);
   ASSERT_NE(d, nullptr);
   ExpectSequentialWindows(MustNext(*d, 7), tokens, 0);
 }
@@ -202,7 +202,7 @@ TEST(TokenFileTest, OddByteLengthForUint16IsError) {
   // Length 42 is not a multiple of 4 either.
   bytes.push_back('\x00');
   const std::string path32 = WriteFile("odd32.bin", bytes);
-  EXPECT_FALSE(OpenDataset(TokensConfig(path32, "uint32"), 4, 100, 1).ok());
+  EXPECT_FALSE(OpenDataset(TokensConfig(path32, TokenDtype::kUint32), 4, 100, 1).ok());
 }
 
 TEST(TokenFileTest, LlmcHeaderClaimingMoreTokensIsError) {
@@ -222,9 +222,11 @@ TEST(TokenFileTest, LlmcUnknownVersionIsError) {
   EXPECT_TRUE(Contains(d.status().message(), "version 7"));
 }
 
+// A name outside uint16/uint32 is refused by the config's parser (train_config_test);
+// here a value outside the enumeration (only a cast makes one) is refused too.
 TEST(TokenFileTest, UnknownDtypeIsError) {
   const std::string path = WriteFile("dtype.bin", RawTokens(KnownTokens(30, 100), 2));
-  auto d = OpenDataset(TokensConfig(path, "int8"), 4, 100, 1);
+  auto d = OpenDataset(TokensConfig(path, static_cast<TokenDtype>(7)), 4, 100, 1);
   ASSERT_FALSE(d.ok());
   EXPECT_TRUE(Contains(d.status().message(), "token_dtype"));
 }
@@ -245,7 +247,7 @@ TEST(TokenFileTest, TokenOutOfVocabNamesIndexLazily) {
   std::vector<uint32_t> tokens = Iota(100);
   tokens[37] = 1000;
   const std::string path = WriteFile("oov_lazy.bin", RawTokens(tokens, 2));
-  auto source = OpenTokenFile(path, "uint16", 200, /*eager_check_bytes=*/0);
+  auto source = OpenTokenFile(path, TokenDtype::kUint16, 200, /*eager_check_bytes=*/0);
   ASSERT_TRUE(source.ok()) << source.status();
   auto d = PackedDataset::Create(*std::move(source), 8, 1, /*shuffle=*/false);
   ASSERT_TRUE(d.ok()) << d.status();
@@ -335,9 +337,9 @@ TEST(WindowPermutationTest, IsBijection) {
 TEST(ShuffleTest, EachWindowOncePerEpochDeterministicPerSeed) {
   const int64_t kWindows = 37, kSeqLen = 4;
   const std::string path = WriteFile("iota.bin", RawTokens(Iota(kWindows * kSeqLen + 1), 2));
-  auto a = MustOpen(TokensConfig(path, "uint16", true), kSeqLen, 1000, 42);
-  auto b = MustOpen(TokensConfig(path, "uint16", true), kSeqLen, 1000, 42);
-  auto c = MustOpen(TokensConfig(path, "uint16", true), kSeqLen, 1000, 43);
+  auto a = MustOpen(TokensConfig(path, TokenDtype::kUint16, true), kSeqLen, 1000, 42);
+  auto b = MustOpen(TokensConfig(path, TokenDtype::kUint16, true), kSeqLen, 1000, 42);
+  auto c = MustOpen(TokensConfig(path, TokenDtype::kUint16, true), kSeqLen, 1000, 43);
   ASSERT_TRUE(a && b && c);
   std::vector<int64_t> epoch0 = WindowIds(MustNext(*a, kWindows));
   std::vector<int64_t> epoch1 = WindowIds(MustNext(*a, kWindows));
@@ -384,8 +386,8 @@ TEST(ShuffleTest, UnshuffledEpochWraps) {
 
 TEST(ShuffleTest, ShuffledEpochWrapsToNewPermutation) {
   const std::string path = WriteFile("iota_wrap.bin", RawTokens(Iota(10 * 3 + 1), 2));
-  auto a = MustOpen(TokensConfig(path, "uint16", true), 3, 100, 7);
-  auto b = MustOpen(TokensConfig(path, "uint16", true), 3, 100, 7);
+  auto a = MustOpen(TokensConfig(path, TokenDtype::kUint16, true), 3, 100, 7);
+  auto b = MustOpen(TokensConfig(path, TokenDtype::kUint16, true), 3, 100, 7);
   ASSERT_TRUE(a && b);
   std::vector<int64_t> whole = WindowIds(MustNext(*a, 25));  // 2.5 epochs in one call
   std::vector<int64_t> pieces;
@@ -401,7 +403,7 @@ TEST(ShuffleTest, ShuffledEpochWrapsToNewPermutation) {
 
 TEST(CursorTest, RestoreContinuesIdentically) {
   const std::string path = WriteFile("cursor.bin", RawTokens(Iota(23 * 5 + 3), 2));
-  const DataConfig config = TokensConfig(path, "uint16", true);
+  const DataConfig config = TokensConfig(path, TokenDtype::kUint16, true);
   auto reference = MustOpen(config, 5, 1000, 99);
   ASSERT_NE(reference, nullptr);
   MustNext(*reference, 23 + 17);  // epoch 1, window 17 of 23
@@ -434,28 +436,28 @@ TEST(CursorTest, RestoreSyntheticMidEpoch) {
 
 TEST(CursorTest, MismatchedOrMalformedCursorIsRejected) {
   const std::string path = WriteFile("cursor2.bin", RawTokens(Iota(200), 2));
-  auto d = MustOpen(TokensConfig(path, "uint16", true), 8, 1000, 1);
+  auto d = MustOpen(TokensConfig(path, TokenDtype::kUint16, true), 8, 1000, 1);
   ASSERT_NE(d, nullptr);
   MustNext(*d, 3);
   const std::string before = d->Cursor();
 
-  auto other_seed = MustOpen(TokensConfig(path, "uint16", true), 8, 1000, 2);
+  auto other_seed = MustOpen(TokensConfig(path, TokenDtype::kUint16, true), 8, 1000, 2);
   absl::Status s = d->Restore(other_seed->Cursor());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "seed 2"));
 
-  auto other_len = MustOpen(TokensConfig(path, "uint16", true), 9, 1000, 1);
+  auto other_len = MustOpen(TokensConfig(path, TokenDtype::kUint16, true), 9, 1000, 1);
   s = d->Restore(other_len->Cursor());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "seq_len 9"));
 
   const std::string shorter = WriteFile("cursor3.bin", RawTokens(Iota(150), 2));
-  auto other_file = MustOpen(TokensConfig(shorter, "uint16", true), 8, 1000, 1);
+  auto other_file = MustOpen(TokensConfig(shorter, TokenDtype::kUint16, true), 8, 1000, 1);
   s = d->Restore(other_file->Cursor());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(s.message(), "windows per epoch 18"));
 
-  auto unshuffled = MustOpen(TokensConfig(path, "uint16", false), 8, 1000, 1);
+  auto unshuffled = MustOpen(TokensConfig(path, TokenDtype::kUint16, false), 8, 1000, 1);
   EXPECT_FALSE(d->Restore(unshuffled->Cursor()).ok());
 
   auto edit = [&](const std::string& from, const std::string& to) {

@@ -286,7 +286,7 @@ TEST(NonFinite, SkipsCountsAndFailsAfterMaxBadSteps) {
   TrainConfig c = Tiny(30);
   c.optimizer.lr = 1e38;
   c.optimizer.warmup_steps = 0;
-  c.optimizer.schedule = "constant";
+  c.optimizer.schedule = LrScheduleKind::kConstant;
   c.max_bad_steps = 3;
   auto t = Trainer::Create(c);
   ASSERT_TRUE(t.ok()) << t.status();

@@ -50,7 +50,7 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   c.model = kDir + "/model";
   c.data.format = "tokens";
   c.data.path = kDir + "/tokens.bin";
-  c.data.token_dtype = "uint16";
+  c.data.token_dtype = TokenDtype::kUint16;
   c.data.shuffle = false;
   c.seq_len = s["seq_len"];
   c.micro_batch_size = 2;
@@ -58,7 +58,7 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   c.device = DeviceKind::kCuda;
   c.steps = s["steps"];
   c.optimizer.lr = s["lr"];
-  c.optimizer.schedule = "constant";
+  c.optimizer.schedule = LrScheduleKind::kConstant;
   c.optimizer.warmup_steps = 0;
   c.optimizer.beta1 = s["beta1"];
   c.optimizer.beta2 = s["beta2"];

@@ -193,7 +193,7 @@ inline TrainConfig BaseConfig(const std::string& model_dir) {
   tc.grad_accum = 2;
   tc.seed = 42;
   tc.optimizer.warmup_steps = 2;
-  tc.optimizer.schedule = "cosine";
+  tc.optimizer.schedule = LrScheduleKind::kCosine;
   tc.optimizer.weight_decay = 0.1;
   tc.optimizer.max_grad_norm = 0.5;  // below the initial norm: clipping triggers
   tc.policy.chunk_elems = 1000;      // several chunks per unit

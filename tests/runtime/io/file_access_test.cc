@@ -132,7 +132,7 @@ TEST(FileAccessTest, EveryReaderRefusesAFifoPromptly) {
     ExpectNotRegular(RefusesPromptly(fifo, std::move(open)), "FIFO");
   };
   check("DataFileMapping", [&] { return DataFileMapping::Open(fifo).status(); });
-  check("tokens", [&] { return OpenTokenFile(fifo, "uint16", 100).status(); });
+  check("tokens", [&] { return OpenTokenFile(fifo, TokenDtype::kUint16, 100).status(); });
   check("jsonl", [&] { return LoadJsonlTokens(fifo, 100).status(); });
   check("tokenizer.json", [&] { return Tokenizer::Load(fifo).status(); });
   check("safetensors", [&] { return SafetensorsFile::Open(fifo).status(); });
