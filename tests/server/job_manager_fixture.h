@@ -5,7 +5,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +17,7 @@
 #include "server/job_manager.h"
 #include "server/spec_translation.h"
 #include "tests/server/fake_trainer.h"
+#include "tests/server/raw_job_row.h"
 #include "tests/server/test_util.h"
 
 namespace slidedp::server::testing {
@@ -94,18 +94,7 @@ class JobManagerTest : public ::testing::Test {
   }
   // Writes a row as it is, bypassing JobStore::Put (as a daemon before issue 18 could).
   void InsertRaw(const std::string& id, int state, const std::string& blob) {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(dir_.Join("jobs.db").c_str(), &db), SQLITE_OK);
-    sqlite3_stmt* stmt = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO jobs(id, state, job) VALUES(?1, ?2, ?3)", -1,
-                                 &stmt, nullptr),
-              SQLITE_OK);
-    sqlite3_bind_text(stmt, 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
-    sqlite3_bind_int(stmt, 2, state);
-    sqlite3_bind_blob(stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
-    EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE);
-    sqlite3_finalize(stmt);
-    sqlite3_close(db);
+    InsertRawJobRow(dir_.Join("jobs.db"), id, state, blob);
   }
   v1::JobSpec Durable(int64_t steps) {
     v1::JobSpec spec = Spec(steps);

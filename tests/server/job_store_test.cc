@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include "tests/server/raw_job_row.h"
 #include "tests/server/test_util.h"
 
 namespace slidedp::server {
 namespace {
 
+using testing::InsertRawJobRow;
 using testing::TempDir;
 
 v1::Job MakeJob(const std::string& id, v1::JobState state) {
@@ -52,22 +54,6 @@ TEST(JobStoreTest, SurvivesReopening) {
   EXPECT_EQ((*jobs)[0].state(), v1::JOB_STATE_FAILED);
 }
 
-// Writes a row as it is, bypassing JobStore::Put (as a daemon before issue 18 could).
-void InsertRaw(const std::string& db_path, const std::string& id, int state, const std::string& blob) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
-  sqlite3_stmt* stmt = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO jobs(id, state, job) VALUES(?1, ?2, ?3)", -1, &stmt,
-                               nullptr),
-            SQLITE_OK);
-  sqlite3_bind_text(stmt, 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
-  sqlite3_bind_int(stmt, 2, state);
-  sqlite3_bind_blob(stmt, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
-  EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE);
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-}
-
 // A record that does not parse no longer fails the whole load: it is a FAILED job
 // naming its stored state and why, and the other records load.
 TEST(JobStoreTest, CorruptRecordIsAFailedJobNamingItAndTheOthersLoad) {
@@ -77,7 +63,7 @@ TEST(JobStoreTest, CorruptRecordIsAFailedJobNamingItAndTheOthersLoad) {
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE((*store)->Put(MakeJob("before", v1::JOB_STATE_SUCCEEDED)).ok());
   }
-  InsertRaw(dir.Join("jobs.db"), "broken", v1::JOB_STATE_RUNNING, "\xff\xff\xff\xff");
+  InsertRawJobRow(dir.Join("jobs.db"), "broken", v1::JOB_STATE_RUNNING, "\xff\xff\xff\xff");
   {
     auto store = JobStore::Open(dir.Join("jobs.db"));
     ASSERT_TRUE(store.ok());
@@ -116,7 +102,7 @@ TEST(JobStoreTest, RecordWithInvalidUtf8FromAnOldDaemonLoadsEscaped) {
   ASSERT_TRUE(old.SerializeToString(&blob));  // proto3 only logs the bad text here
   v1::Job check;
   ASSERT_FALSE(check.ParseFromString(blob)) << "the premise: such a record does not parse";
-  InsertRaw(dir.Join("jobs.db"), old.id(), old.state(), blob);
+  InsertRawJobRow(dir.Join("jobs.db"), old.id(), old.state(), blob);
   auto store = JobStore::Open(dir.Join("jobs.db"));
   ASSERT_TRUE(store.ok());
   auto jobs = (*store)->LoadAll();
