@@ -7,16 +7,7 @@
 namespace slidedp::server {
 namespace {
 
-using testing::FakeControl;
-using testing::FakeFactory;
-using testing::ManagerOnStore;
-using testing::OpenManagerOnStore;
-using testing::TempDir;
-using testing::WaitFor;
-using namespace std::chrono_literals;
-using testing::Collector;
-using testing::JobManagerTest;
-using testing::Spec;
+using namespace testing;  // job_manager_fixture.h, test_util.h, fake_trainer.h; chrono literals
 
 TEST_F(JobManagerTest, RestartFindsEveryJobAsItWas) {
   const v1::Job done = Submit(3);
