@@ -202,6 +202,12 @@ def write_sentencepiece(out, kind):
     if save:
         tok.save(os.path.join(d, "tokenizer.json"))
         tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    write_decoded_encodings(d, kind, tok, {})
+
+
+def write_decoded_encodings(d, kind, tok, versions):
+    """d/encodings.jsonl: ids with and without special tokens and the decoded text of
+    CORPUS + SP_EXTRA; d/versions.json: tokenizers' version and `versions`."""
     with open(os.path.join(d, "encodings.jsonl"), "w", encoding="utf-8") as f:
         for text in CORPUS + SP_EXTRA:
             plain = tok.encode(text, add_special_tokens=False).ids
@@ -209,7 +215,7 @@ def write_sentencepiece(out, kind):
             f.write(json.dumps({"text": text, "ids": plain, "ids_with_special": special,
                                 "decoded": tok.decode(plain)}, ensure_ascii=False) + "\n")
     with open(os.path.join(d, "versions.json"), "w") as f:
-        json.dump({"tokenizers": tokenizers.__version__}, f)
+        json.dump({"tokenizers": tokenizers.__version__, **versions}, f)
     print(f"{kind}: vocab {tok.get_vocab_size()}, {len(CORPUS) + len(SP_EXTRA)} encodings")
 
 
@@ -231,18 +237,9 @@ def write_real(out, kind, real_dir):
     tok = Tokenizer.from_str(raw.decode("utf-8"))
     d = os.path.join(out, kind)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "encodings.jsonl"), "w", encoding="utf-8") as f:
-        for text in CORPUS + SP_EXTRA:
-            plain = tok.encode(text, add_special_tokens=False).ids
-            special = tok.encode(text, add_special_tokens=True).ids
-            f.write(json.dumps({"text": text, "ids": plain, "ids_with_special": special,
-                                "decoded": tok.decode(plain)}, ensure_ascii=False) + "\n")
     # The file's digest and size: the test refuses a fixture made from another file.
-    with open(os.path.join(d, "versions.json"), "w") as f:
-        json.dump({"tokenizers": tokenizers.__version__,
-                   "tokenizer_json_sha256": hashlib.sha256(raw).hexdigest(),
-                   "tokenizer_json_bytes": len(raw)}, f)
-    print(f"{kind}: vocab {tok.get_vocab_size()}, {len(CORPUS) + len(SP_EXTRA)} encodings")
+    write_decoded_encodings(d, kind, tok, {"tokenizer_json_sha256": hashlib.sha256(raw).hexdigest(),
+                                           "tokenizer_json_bytes": len(raw)})
 
 
 def main():
