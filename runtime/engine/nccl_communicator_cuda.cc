@@ -17,9 +17,6 @@
 namespace slidedp {
 namespace {
 
-// NcclGroup's statuses (file:line and the call in the message, the code of the failure:
-// DEADLINE_EXCEEDED for a timeout, ABORTED for an abort) go up as they are.
-void Throw(absl::Status s) { ThrowIfError(std::move(s)); }
 
 ncclDataType_t Type(const at::Tensor& t) {
   if (t.scalar_type() == at::kFloat) return ncclFloat32;
@@ -40,6 +37,9 @@ cudaStream_t Current(const at::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
 
+// NcclGroup's statuses (file:line and the call in the message, the code of the failure:
+// DEADLINE_EXCEEDED for a timeout, ABORTED for an abort) go up as they are, by
+// ThrowIfError (exception_status.h).
 class NcclCommunicator final : public Communicator {
  public:
   explicit NcclCommunicator(std::unique_ptr<NcclGroup> g) : group_(std::move(g)), barrier_(group_->world()) {}
@@ -48,7 +48,7 @@ class NcclCommunicator final : public Communicator {
   void AllGather(int rank, at::Tensor buf) override {
     const int64_t slice = SliceLength(buf.numel(), world());
     CheckCapacity(buf, slice * world());
-    Throw(group_->AllGather(rank, buf.data_ptr(), slice, Type(buf), Current(buf)));
+    ThrowIfError(group_->AllGather(rank, buf.data_ptr(), slice, Type(buf), Current(buf)));
   }
 
   void ReduceScatter(int rank, const at::Tensor& in, at::Tensor out) override {
@@ -58,16 +58,16 @@ class NcclCommunicator final : public Communicator {
     if (in.scalar_type() != out.scalar_type()) {
       throw StatusException(absl::InternalError("NCCL reduce-scatter: input and output dtypes differ"));
     }
-    Throw(group_->ReduceScatter(rank, in.data_ptr(), out.data_ptr(), slice, Type(in), Current(in)));
+    ThrowIfError(group_->ReduceScatter(rank, in.data_ptr(), out.data_ptr(), slice, Type(in), Current(in)));
   }
 
   void Reduce(int rank, const at::Tensor& in, at::Tensor out, int root) override {
     void* dst = rank == root ? out.data_ptr() : nullptr;
-    Throw(group_->Reduce(rank, in.data_ptr(), dst, in.numel(), Type(in), root, Current(in)));
+    ThrowIfError(group_->Reduce(rank, in.data_ptr(), dst, in.numel(), Type(in), root, Current(in)));
   }
 
   void Broadcast(int rank, at::Tensor buf, int root) override {
-    Throw(group_->Broadcast(rank, buf.data_ptr(), buf.numel(), Type(buf), root, Current(buf)));
+    ThrowIfError(group_->Broadcast(rank, buf.data_ptr(), buf.numel(), Type(buf), root, Current(buf)));
   }
 
   void Barrier(int rank) override { barrier_.Barrier(rank); }
