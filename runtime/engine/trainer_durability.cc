@@ -5,6 +5,7 @@
 // Several hosts add their part in trainer_hosts.cc. The job's thread only.
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -52,20 +53,19 @@ absl::Status EngineTrainer::SyncHost() {
 absl::Status EngineTrainer::WriteHf(const std::string& dir) {
   if (absl::Status s = SyncHost(); !s.ok()) return s;
   const ModelLayout& layout = state_->layout();
-  absl::Status saved;
-  if (hosts_.trainer == nullptr) {
-    saved = SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
-      return state_->unit(u).master.data_ptr<float>() + layout.units[u].params[p].offset;
-    }, "F32", int64_t{4} << 30);
-  } else {
-    // Several hosts: host 0 writes the whole model, gathered from every host's shards.
+  // One host: its host state. Several: host 0 writes the whole model, gathered from
+  // every host's shards.
+  std::vector<at::Tensor> masters;
+  for (int u = 0; u < state_->num_units(); ++u) masters.push_back(state_->unit(u).master);
+  if (hosts_.trainer != nullptr) {
     absl::StatusOr<std::vector<at::Tensor>> whole = WholeMasters();
     if (!whole.ok()) return whole.status();
     if (hosts_.trainer->rank() != 0) return absl::OkStatus();
-    saved = SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
-      return (*whole)[u].data_ptr<float>() + layout.units[u].params[p].offset;
-    }, "F32", int64_t{4} << 30);
+    masters = *std::move(whole);
   }
+  absl::Status saved = SaveHfModel(dir, model_, layout, [&](int u, int p) -> const float* {
+    return masters[u].data_ptr<float>() + layout.units[u].params[p].offset;
+  }, "F32", int64_t{4} << 30);
   if (!saved.ok()) return saved;
   // The job's tokenizer (data.tokenizer, else the model directory's) and the model's
   // generation_config.json beside the weights: the export loads and generates alone.
