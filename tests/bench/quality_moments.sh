@@ -4,7 +4,7 @@
 # curves side by side: the mean loss per 50 steps, the mean of the last 50, and bf16's
 # and int8's difference from fp32 there (the issue asks within 1%).
 #   tests/bench/quality_moments.sh [BUILD_DIR (build-gpu)] [OUT (/tmp/quality_moments)]
-# Environment: MODEL (qwen2.5-3b), STEPS (300), SEQ (512), MBS (4), LR (3e-4), DEVICE
+# Environment: MODEL (qwen2.5-3b), TRAIN_STEPS (300), SEQ (512), MBS (4), LR (3e-4), DEVICE
 # (cuda), DTYPES ("fp32 bf16 int8"), PARALLEL (1: the runs at once, each with
 # UPDATE_THREADS (5) update threads and GPU_BUDGET (40e9) bytes of the GPU; 0: one after
 # the other), TOKENIZER (the repository's
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build="${1:-build-gpu}"
 out="${2:-/tmp/quality_moments}"
-model="${MODEL:-qwen2.5-3b}" steps="${STEPS:-300}" seq="${SEQ:-512}" mbs="${MBS:-4}" lr="${LR:-3e-4}"
+model="${MODEL:-qwen2.5-3b}" steps="${TRAIN_STEPS:-300}" seq="${SEQ:-512}" mbs="${MBS:-4}" lr="${LR:-3e-4}"
 device="${DEVICE:-cuda}" dtypes="${DTYPES:-fp32 bf16 int8}" parallel="${PARALLEL:-1}"
 tokenizer="${TOKENIZER:-tests/reference/fixtures/tokenizer/qwen2/tokenizer.json}"
 # Runs at once share the GPU: each plans its kept blocks and resident units within a

@@ -61,12 +61,21 @@ def loss_of(model, batch, autocast):
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1))
 
 
+T0 = time.perf_counter()
+
+
+def phase(what):
+    """A progress line, so that a run that dies or is killed shows how far it got."""
+    print(f"[{time.perf_counter() - T0:7.1f} s] {what}", flush=True)
+
+
 def run(args):
     torch.manual_seed(0)
     dev = torch.device("cuda")
     world, rank = 1, 0
     if args.mode == "plain":
         cfg, model = build(args.shape, torch.float32, dev, args.seq)
+        phase(f"model built on the GPU ({torch.cuda.memory_allocated() / 1e9:.1f} GB)")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), fused=True)
         autocast = True
     else:
@@ -90,9 +99,11 @@ def run(args):
             fully_shard(layer, **kw)
         fully_shard(model, **kw)
         model.to_empty(device="cpu" if off is not None else dev)
+        phase("parameters allocated" + (" on the host" if off is not None else ""))
         with torch.no_grad():
             for p in model.parameters():
                 p.normal_(0, 0.02)
+        phase("parameters initialized")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), fused=True)
         autocast = False
     V = cfg.vocab_size
@@ -104,9 +115,15 @@ def run(args):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             loss = loss_of(model, batch, autocast)
+            if step == 0:
+                phase("first forward done")
             loss.backward()
+            if step == 0:
+                phase("first backward done")
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
+            if step == 0:
+                phase("first optimizer step done")
             opt.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
@@ -116,7 +133,8 @@ def run(args):
                       f"{args.batch * args.seq / dt:.0f} tok/s", flush=True)
             if step > 0:
                 times.append(dt)
-    except torch.OutOfMemoryError:
+    except torch.OutOfMemoryError as e:
+        phase(f"out of memory: {str(e).splitlines()[0][:300]}")
         print(f"RESULT {args.mode} {args.shape} x{world} {args.batch} {args.seq} OOM (rank {rank})", flush=True)
         return
     if not times:  # --steps 1: the first step is the figure
