@@ -70,12 +70,15 @@ class DeviceStreams {
   // what LibTorch's cache holds unused (0 on the CPU device).
   virtual int64_t MemoryAvailable() = 0;
   virtual void ResetPeak() = 0;
-  // Profiling: a named NVTX range on the calling thread around the work it issues (the
+  // Profiling: a named NVTX start/end range around the work one unit issues (the
   // worker's "forward block 5"), so that ncu and nsys can select one unit's kernels
-  // (`ncu --nvtx --nvtx-include "forward block 5/"`). Only with SLIDEDP_NVTX=1 in the
-  // environment and on CUDA; otherwise nothing. Push and pop pair on one thread.
-  virtual void RangePush(const std::string& /*name*/) {}
-  virtual void RangePop() {}
+  // (`ncu --nvtx --nvtx-include "forward block 5"`). A process-wide range, not a
+  // thread's push/pop: backward's kernels are launched by autograd's device thread, which
+  // a push/pop range of the worker's thread does not cover. Only with SLIDEDP_NVTX=1 in
+  // the environment and on CUDA; otherwise nothing. Ranges do not nest: a start ends the
+  // previous one's scope only at its own RangeEnd.
+  virtual void RangeStart(const std::string& /*name*/) {}
+  virtual void RangeEnd() {}
 };
 
 // Defined in device_streams_cuda.cc when LibTorch has CUDA, else returns an error.

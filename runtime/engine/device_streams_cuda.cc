@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda/cuda_check.h"
@@ -18,7 +19,7 @@
 namespace slidedp {
 namespace {
 
-// SLIDEDP_NVTX=1: the worker's units as NVTX ranges (DeviceStreams::RangePush).
+// SLIDEDP_NVTX=1: the worker's units as NVTX ranges (DeviceStreams::RangeStart).
 bool NvtxOn() {
   static const bool on = [] {
     const char* v = std::getenv("SLIDEDP_NVTX");
@@ -113,11 +114,13 @@ class CudaStreams final : public DeviceStreams {
            stats.allocated_bytes[kAggregate].current;
   }
   void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(device_); }
-  void RangePush(const std::string& name) override {
-    if (NvtxOn()) nvtxRangePushA(name.c_str());
+  void RangeStart(const std::string& name) override {
+    if (NvtxOn()) ranges_.push_back(nvtxRangeStartA(name.c_str()));
   }
-  void RangePop() override {
-    if (NvtxOn()) nvtxRangePop();
+  void RangeEnd() override {
+    if (!NvtxOn() || ranges_.empty()) return;
+    nvtxRangeEnd(ranges_.back());
+    ranges_.pop_back();
   }
 
  private:
@@ -133,6 +136,7 @@ class CudaStreams final : public DeviceStreams {
   const bool timing_;
   const c10::cuda::CUDAStream streams_[kNumStreamKinds];
   Event origin_;
+  std::vector<nvtxRangeId_t> ranges_;  // open NVTX ranges (the worker's thread only)
 };
 
 }  // namespace

@@ -407,7 +407,7 @@ at::Tensor Worker::Acquire(int64_t step, int item, WorkerStepResult& r) {
   const StepSchedule::Item& it = schedule_.item(item);
   streams_->Wait(StreamKind::kCompute, fetched_[it.slot]);
   if (trace_ != nullptr) compute_begin_[it.slot] = streams_->Record(StreamKind::kCompute);
-  streams_->RangePush((it.use == StepSchedule::Use::kForward ? "forward " : "backward ") + schedule_.unit_name(it.unit));
+  streams_->RangeStart((it.use == StepSchedule::Use::kForward ? "forward " : "backward ") + schedule_.unit_name(it.unit));
   // A resident unit's owner reads its resident copy instead of the slot.
   const at::Tensor slot = ResidentParams(rank_, *shared_, it.unit,
                                          slots_[it.slot].narrow(0, 0, state_->layout().units[it.unit].numel),
@@ -420,7 +420,7 @@ void Worker::Release(int64_t step, int item, WorkerStepResult& r) {
   MaybeRecordSlotEvent(rank_, step, {StepSchedule::Op::kRelease, item});
   const StepSchedule::Item& it = schedule_.item(item);
   slot_free_[it.slot] = streams_->Record(StreamKind::kCompute);
-  streams_->RangePop();
+  streams_->RangeEnd();
   const char* phase = it.use == StepSchedule::Use::kForward ? "forward " : "backward ";
   Span(StreamKind::kCompute, phase + schedule_.unit_name(it.unit), compute_begin_[it.slot], slot_free_[it.slot]);
   if (it.prefetch_after_release) Fetch(step, it.prefetch, r);

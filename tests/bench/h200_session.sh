@@ -211,8 +211,8 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              echo "== $mode qwen3-14b 16 x 4096"
              (while sleep 5; do free -g | awk "/Mem:/{print \"  host memory used \" \$3 \" GiB\"}"; done) & m=$!
              timeout ${FAIL_EACH:-100} python3 tests/bench/torch_baseline.py --mode $mode --shape qwen3-14b --batch 16 \
-               --seq 4096 --steps 1 > /tmp/fail_$mode.log 2>&1; rc=$?
-             kill $m; grep -E "RESULT|Error|error|Killed" /tmp/fail_$mode.log | tail -4; echo "  exit status $rc"
+               --seq 4096 --steps 1 > '"$R"'/fail_$mode.log 2>&1; rc=$?
+             kill $m; grep -E "^\[|RESULT|Error|error|Killed" '"$R"'/fail_$mode.log | tail -8; echo "  exit status $rc"
            done' ;;
     # Issue 19's "the figures do not move": this tree against a reference commit's
     # (.deps/ref.tar, see tests/bench/ab_reference.sh), interleaved, 3.09B at 4 and 16 x 4096.
@@ -227,13 +227,14 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     adamw) TAILN=30 step adamw 150 build-gpu/tests/bench/adamw_bench 256M ;;
     # Issue 20: the kernels of one forward and one backward block at 16K tokens (3.09B, 4 x
     # 4096 a micro-batch), each kernel's time from ncu, selected by the worker's NVTX ranges.
-    ncublock) TAILN=60 step ncublock ${NCU_CAP:-400} bash -c '
+    ncublock) TAILN=70 step ncublock ${NCU_CAP:-400} bash -c '
            for phase in forward backward; do
-             echo "== $phase block 20"
-             SLIDEDP_NVTX=1 ncu --nvtx --nvtx-include "$phase block 20/" --launch-count ${NCU_KERNELS:-80} \
-               --metrics gpu__time_duration.sum --print-summary per-kernel \
+             echo "== $phase block 20: kernel, launches, total us (2 steps)"
+             SLIDEDP_NVTX=1 ncu --nvtx --nvtx-include "$phase block 20" --launch-count ${NCU_KERNELS:-300} \
+               --metrics gpu__time_duration.sum --csv \
                '"$B"'/step_bench --model=qwen2.5-3b --steps=2 --prefetch=2 --micro_batch_size=4 --grad_accum=1 \
-               --kept_blocks=0 2>&1 | grep -vE "^==PROF==" | tail -n 60
+               --kept_blocks=0 > '"$R"'/ncu_$phase.csv 2> '"$R"'/ncu_$phase.err
+             python3 tests/bench/ncu_kernels.py '"$R"'/ncu_$phase.csv
            done' ;;
     # Issue 22's quality: 300 steps of text, the 3.09B shape, fp32/bf16/int8 moments at once.
     quality22) TAILN=10 step quality22 ${QUALITY_CAP:-560} tests/bench/quality_moments.sh build-gpu "$R/quality22" ;;
