@@ -2,9 +2,27 @@
 // shuffles; the weight gradient in per-block fp32 partials in shared memory), one thread
 // per rotated pair for RoPE, grid-stride loops for SwiGLU (over elements, or over rows
 // when gate and up are the halves of one tensor). bf16 in and out, fp32 math.
+// Each elementwise kernel has a vector form that moves 8 bf16 (16 bytes) per load and
+// store, used when the operands' addresses and strides allow it (Vec* below): the
+// scalar forms' 2-byte accesses ran these memory-bound kernels at about a third of the
+// H200's bandwidth (ncu, tests/bench/RESULTS.md). Per element the vector forms do the
+// same arithmetic in the same order; only RMSNorm's sum of squares is added in another
+// order. SLIDEDP_FUSED_VECTOR=0 in the environment forces the scalar forms (A/B runs).
 // Launched on the caller's stream; no synchronization here.
+// tests/runtime/model/cuda_emulation.h compiles this file's kernels for the CPU
+// (SLIDEDP_CUDA_EMULATION): the kernels and the choice of their forms are shared, the
+// launches below are not.
+#ifndef SLIDEDP_CUDA_EMULATION
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#define SLIDEDP_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#define SLIDEDP_UNROLL _Pragma("unroll")
+#endif
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 
 #include "runtime/model/fused_kernels.h"
 
@@ -20,6 +38,32 @@ __device__ __forceinline__ uint16_t ToB(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 __device__ __forceinline__ float Round(float f) { return ToF(ToB(f)); }
+
+// 8 bf16 in one 16-byte word: element 2k is the low half of 32-bit word k.
+__device__ __forceinline__ void Unpack(const uint4& v, float f[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  SLIDEDP_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    f[2 * k] = __uint_as_float(w[k] << 16);
+    f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ uint4 Pack(const float f[8]) {
+  uint32_t w[4];
+  SLIDEDP_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    w[k] = static_cast<uint32_t>(ToB(f[2 * k])) | (static_cast<uint32_t>(ToB(f[2 * k + 1])) << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ uint4 Load8(const uint16_t* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ void Store8(uint16_t* p, const float f[8]) { *reinterpret_cast<uint4*>(p) = Pack(f); }
+// 8 fp32 table entries (two 16-byte loads), each rounded to bf16 as the scalar form does.
+__device__ __forceinline__ void LoadTable8(const float* p, float f[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = Round(a.x); f[1] = Round(a.y); f[2] = Round(a.z); f[3] = Round(a.w);
+  f[4] = Round(b.x); f[5] = Round(b.y); f[6] = Round(b.z); f[7] = Round(b.w);
+}
 
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -50,7 +94,7 @@ __global__ void RmsNormKernel(RmsNormArgs a) {
 }
 
 __global__ void RmsNormBackwardKernel(RmsNormGradArgs a) {
-  extern __shared__ float dw[];  // [cols], this block's partial
+  SLIDEDP_DYNAMIC_SHARED(float, dw);  // [cols], this block's partial
   for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) dw[c] = 0.0f;
   __syncthreads();
   const int lane = threadIdx.x & 31;
@@ -77,6 +121,89 @@ __global__ void RmsNormBackwardKernel(RmsNormGradArgs a) {
   __syncthreads();
   float* out = a.dw_partial + static_cast<int64_t>(blockIdx.x) * a.cols;
   for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) out[c] = dw[c];
+}
+
+// RmsNormKernel with 16-byte accesses (cols % 8 == 0, every row 16-byte aligned).
+__global__ void RmsNormVecKernel(RmsNormArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= a.rows) return;
+  const int64_t o = row * a.cols, vectors = a.cols / 8;
+  float ss = 0.0f;
+  for (int64_t v = lane; v < vectors; v += 32) {
+    float x[8];
+    Unpack(Load8(a.x + o + v * 8), x);
+    if (a.residual != nullptr) {
+      float r[8];
+      Unpack(Load8(a.residual + o + v * 8), r);
+      SLIDEDP_UNROLL
+      for (int k = 0; k < 8; ++k) x[k] = Round(x[k] + r[k]);
+      Store8(a.sum + o + v * 8, x);
+    }
+    SLIDEDP_UNROLL
+    for (int k = 0; k < 8; ++k) ss += x[k] * x[k];
+  }
+  ss = WarpSum(ss);
+  const float rstd = rsqrtf(ss / static_cast<float>(a.cols) + a.eps);
+  if (lane == 0) a.rstd[row] = rstd;
+  const uint16_t* s = a.residual != nullptr ? a.sum : a.x;  // this thread's own stores, re-read
+  for (int64_t v = lane; v < vectors; v += 32) {
+    float x[8], w[8], y[8];
+    Unpack(Load8(s + o + v * 8), x);
+    Unpack(Load8(a.w + v * 8), w);
+    SLIDEDP_UNROLL
+    for (int k = 0; k < 8; ++k) y[k] = w[k] * Round(x[k] * rstd);
+    Store8(a.y + o + v * 8, y);
+  }
+}
+
+// RmsNormBackwardKernel with 16-byte accesses. The block's dw partial lies in shared
+// memory element-major (element k of vector v at k * vectors + v), so that the 32 lanes'
+// atomic adds, on 32 consecutive vectors, hit 32 banks.
+__global__ void RmsNormBackwardVecKernel(RmsNormGradArgs a) {
+  SLIDEDP_DYNAMIC_SHARED(float, dw);  // [8][cols / 8], this block's partial
+  for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) dw[c] = 0.0f;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int64_t vectors = a.cols / 8;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+       row < a.rows; row += stride) {
+    const int64_t o = row * a.cols;
+    const float rstd = a.rstd[row];
+    float dot = 0.0f;
+    for (int64_t v = lane; v < vectors; v += 32) {
+      float s[8], dy[8], w[8];
+      Unpack(Load8(a.s + o + v * 8), s);
+      Unpack(Load8(a.dy + o + v * 8), dy);
+      Unpack(Load8(a.w + v * 8), w);
+      SLIDEDP_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        const float n = s[k] * rstd;
+        dot += dy[k] * w[k] * n;
+        atomicAdd(&dw[k * vectors + v], dy[k] * Round(n));
+      }
+    }
+    const float mean = WarpSum(dot) / static_cast<float>(a.cols);
+    for (int64_t v = lane; v < vectors; v += 32) {
+      float s[8], dy[8], w[8], g[8];
+      Unpack(Load8(a.s + o + v * 8), s);
+      Unpack(Load8(a.dy + o + v * 8), dy);
+      Unpack(Load8(a.w + v * 8), w);
+      SLIDEDP_UNROLL
+      for (int k = 0; k < 8; ++k) g[k] = rstd * (dy[k] * w[k] - s[k] * rstd * mean);
+      if (a.dsum != nullptr) {
+        float d[8];
+        Unpack(Load8(a.dsum + o + v * 8), d);
+        SLIDEDP_UNROLL
+        for (int k = 0; k < 8; ++k) g[k] += d[k];
+      }
+      Store8(a.dx + o + v * 8, g);
+    }
+  }
+  __syncthreads();
+  float* out = a.dw_partial + static_cast<int64_t>(blockIdx.x) * a.cols;
+  for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) out[c] = dw[(c % 8) * vectors + c / 8];
 }
 
 __global__ void RopeKernel(RopeArgs a) {
@@ -150,6 +277,101 @@ __global__ void SwigluBackwardKernel(SwigluGradArgs a) {
   }
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) SwigluGrad(a, r * a.ld + c, r * a.cols + c);
+  }
+}
+
+// RopeKernel with 16-byte accesses: a thread per 8 consecutive pairs (i .. i+7 with
+// i + half .. i + half + 7) of one head of one token. Needs half % 8 == 0, 16-byte
+// aligned buffers and element strides that are multiples of 8 (VecRope).
+__global__ void RopeVecKernel(RopeArgs a) {
+  const int64_t half = a.D / 2, per_head = half / 8, per_token = a.H * per_head;
+  const int64_t total = a.B * a.T * per_token;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < total;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = k / per_token, rest = k - bt * per_token;
+    const int64_t h = rest / per_head, i = (rest - h * per_head) * 8;
+    const int64_t t = bt % a.T, b = bt / a.T;
+    const uint16_t* in = a.in + b * a.in_b + h * a.in_h + t * a.in_t;
+    uint16_t* out = a.out + b * a.out_b + h * a.out_h + t * a.out_t;
+    const int64_t row = (b * a.table_row_b + t) * a.D;
+    float c1[8], s1[8], c2[8], s2[8], x1[8], x2[8], y1[8], y2[8];
+    LoadTable8(a.cos + row + i, c1);
+    LoadTable8(a.sin + row + i, s1);
+    LoadTable8(a.cos + row + i + half, c2);
+    LoadTable8(a.sin + row + i + half, s2);
+    Unpack(Load8(in + i), x1);
+    Unpack(Load8(in + i + half), x2);
+    SLIDEDP_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      if (!a.backward) {
+        y1[j] = x1[j] * c1[j] - x2[j] * s1[j];
+        y2[j] = x2[j] * c2[j] + x1[j] * s2[j];
+      } else {
+        y1[j] = x1[j] * c1[j] + x2[j] * s2[j];
+        y2[j] = x2[j] * c2[j] - x1[j] * s1[j];
+      }
+    }
+    Store8(out + i, y1);
+    Store8(out + i + half, y2);
+  }
+}
+
+// SwigluKernel / SwigluBackwardKernel with 16-byte accesses. Flat (ld == cols): a
+// grid-stride loop over all vectors; strided: over rows, the block's threads along the
+// row. Needs cols % 8 == 0 (flat: rows * cols % 8 == 0) and 16-byte aligned operands.
+__device__ __forceinline__ void SwigluVec(const uint16_t* gate, const uint16_t* up, uint16_t* out) {
+  float g[8], u[8], y[8];
+  Unpack(Load8(gate), g);
+  Unpack(Load8(up), u);
+  SLIDEDP_UNROLL
+  for (int k = 0; k < 8; ++k) y[k] = g[k] * Sigmoid(g[k]) * u[k];
+  Store8(out, y);
+}
+
+__global__ void SwigluVecKernel(SwigluArgs a) {
+  if (a.ld == a.cols) {
+    const int64_t n = a.rows * a.cols / 8;
+    for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < n;
+         v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      SwigluVec(a.gate + v * 8, a.up + v * 8, a.out + v * 8);
+    }
+    return;
+  }
+  const int64_t vectors = a.cols / 8;
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+      SwigluVec(a.gate + r * a.ld + v * 8, a.up + r * a.ld + v * 8, a.out + r * a.cols + v * 8);
+    }
+  }
+}
+
+__device__ __forceinline__ void SwigluGradVec(const SwigluGradArgs& a, int64_t in, int64_t dy_at) {
+  float g[8], u[8], dy[8], dg[8], du[8];
+  Unpack(Load8(a.gate + in), g);
+  Unpack(Load8(a.up + in), u);
+  Unpack(Load8(a.dy + dy_at), dy);
+  SLIDEDP_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    const float sg = Sigmoid(g[k]);
+    dg[k] = dy[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
+    du[k] = dy[k] * g[k] * sg;
+  }
+  Store8(a.dgate + in, dg);
+  Store8(a.dup + in, du);
+}
+
+__global__ void SwigluBackwardVecKernel(SwigluGradArgs a) {
+  if (a.ld == a.cols) {
+    const int64_t n = a.rows * a.cols / 8;
+    for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < n;
+         v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      SwigluGradVec(a, v * 8, v * 8);
+    }
+    return;
+  }
+  const int64_t vectors = a.cols / 8;
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) SwigluGradVec(a, r * a.ld + v * 8, r * a.cols + v * 8);
   }
 }
 
@@ -229,31 +451,83 @@ int SwigluGrid(int64_t rows, int64_t cols, int64_t ld) {
   return ld == cols ? GridFor(rows * cols, 256) : GridFor(rows * 256, 256);
 }
 
+// Whether the vector forms may run: not with SLIDEDP_FUSED_VECTOR=0 in the environment.
+bool VectorOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("SLIDEDP_FUSED_VECTOR");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool VecRmsNorm(const RmsNormArgs& a) {
+  return VectorOn() && a.cols % 8 == 0 && Aligned16(a.x) && Aligned16(a.residual) && Aligned16(a.w) &&
+         Aligned16(a.sum) && Aligned16(a.y);
+}
+bool VecRmsNormBackward(const RmsNormGradArgs& a) {
+  return VectorOn() && a.cols % 8 == 0 && Aligned16(a.dy) && Aligned16(a.s) && Aligned16(a.w) &&
+         Aligned16(a.dsum) && Aligned16(a.dx);
+}
+bool VecRope(const RopeArgs& a) {
+  return VectorOn() && a.D % 16 == 0 && Aligned16(a.in) && Aligned16(a.out) && Aligned16(a.cos) &&
+         Aligned16(a.sin) && a.in_b % 8 == 0 && a.in_h % 8 == 0 && a.in_t % 8 == 0 && a.out_b % 8 == 0 &&
+         a.out_h % 8 == 0 && a.out_t % 8 == 0;
+}
+bool VecSwiglu(int64_t rows, int64_t cols, int64_t ld, std::initializer_list<const void*> ptrs) {
+  if (!VectorOn()) return false;
+  if (ld == cols ? (rows * cols) % 8 != 0 : (cols % 8 != 0 || ld % 8 != 0)) return false;
+  for (const void* p : ptrs) {
+    if (!Aligned16(p)) return false;
+  }
+  return true;
+}
+
+// RmsNormBackward's blocks (each writes one partial of dw): a warp per row, at most 4
+// blocks of 8 warps per SM of the H200.
+int BackwardParts(int64_t rows) {
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<int>(blocks < 132 * 4 ? (blocks > 0 ? blocks : 1) : 132 * 4);
+}
+
+#ifndef SLIDEDP_CUDA_EMULATION
 const char* Launched(const char* what) {
   return cudaGetLastError() == cudaSuccess ? nullptr : what;
 }
+#endif
 
 }  // namespace
 
+#ifndef SLIDEDP_CUDA_EMULATION
 const char* RmsNorm(const RmsNormArgs& a, void* stream) {
   const int64_t blocks = (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks == 0) return nullptr;
+  if (VecRmsNorm(a)) {
+    RmsNormVecKernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0,
+                       static_cast<cudaStream_t>(stream)>>>(a);
+    return Launched("RmsNormVecKernel launch");
+  }
   RmsNormKernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0,
                   static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("RmsNormKernel launch");
 }
 
-int RmsNormBackwardParts(int64_t rows) {
-  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  return static_cast<int>(blocks < 132 * 4 ? (blocks > 0 ? blocks : 1) : 132 * 4);
-}
+int RmsNormBackwardParts(int64_t rows) { return BackwardParts(rows); }
 
 const char* RmsNormBackward(const RmsNormGradArgs& a, void* stream) {
   const size_t shared = static_cast<size_t>(a.cols) * sizeof(float);
+  const bool vec = VecRmsNormBackward(a);
+  const void* kernel = vec ? reinterpret_cast<const void*>(RmsNormBackwardVecKernel)
+                           : reinterpret_cast<const void*>(RmsNormBackwardKernel);
   if (shared > 48 * 1024 &&
-      cudaFuncSetAttribute(RmsNormBackwardKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(shared)) != cudaSuccess) {
-    return "cudaFuncSetAttribute(RmsNormBackwardKernel, MaxDynamicSharedMemorySize)";
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)) !=
+          cudaSuccess) {
+    return vec ? "cudaFuncSetAttribute(RmsNormBackwardVecKernel, MaxDynamicSharedMemorySize)"
+               : "cudaFuncSetAttribute(RmsNormBackwardKernel, MaxDynamicSharedMemorySize)";
+  }
+  if (vec) {
+    RmsNormBackwardVecKernel<<<a.parts, 32 * kWarpsPerBlock, shared, static_cast<cudaStream_t>(stream)>>>(a);
+    return Launched("RmsNormBackwardVecKernel launch");
   }
   RmsNormBackwardKernel<<<a.parts, 32 * kWarpsPerBlock, shared, static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("RmsNormBackwardKernel launch");
@@ -262,18 +536,31 @@ const char* RmsNormBackward(const RmsNormGradArgs& a, void* stream) {
 const char* Rope(const RopeArgs& a, void* stream) {
   const int64_t total = a.B * a.H * a.T * (a.D / 2);
   if (total == 0) return nullptr;
+  if (VecRope(a)) {
+    RopeVecKernel<<<GridFor(total / 8, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    return Launched("RopeVecKernel launch");
+  }
   RopeKernel<<<GridFor(total, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("RopeKernel launch");
 }
 
 const char* Swiglu(const SwigluArgs& a, void* stream) {
   if (a.rows * a.cols == 0) return nullptr;
+  if (VecSwiglu(a.rows, a.cols, a.ld, {a.gate, a.up, a.out})) {
+    SwigluVecKernel<<<SwigluGrid(a.rows, a.cols / 8, a.ld / 8), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    return Launched("SwigluVecKernel launch");
+  }
   SwigluKernel<<<SwigluGrid(a.rows, a.cols, a.ld), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("SwigluKernel launch");
 }
 
 const char* SwigluBackward(const SwigluGradArgs& a, void* stream) {
   if (a.rows * a.cols == 0) return nullptr;
+  if (VecSwiglu(a.rows, a.cols, a.ld, {a.dy, a.gate, a.up, a.dgate, a.dup})) {
+    SwigluBackwardVecKernel<<<SwigluGrid(a.rows, a.cols / 8, a.ld / 8), 256, 0,
+                              static_cast<cudaStream_t>(stream)>>>(a);
+    return Launched("SwigluBackwardVecKernel launch");
+  }
   SwigluBackwardKernel<<<SwigluGrid(a.rows, a.cols, a.ld), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("SwigluBackwardKernel launch");
 }
@@ -283,5 +570,6 @@ const char* CrossEntropy(const CrossEntropyArgs& a, void* stream) {
   CrossEntropyKernel<<<static_cast<unsigned>(a.rows), kCeThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return Launched("CrossEntropyKernel launch");
 }
+#endif  // SLIDEDP_CUDA_EMULATION
 
 }  // namespace slidedp::fused::cuda
