@@ -94,9 +94,9 @@ void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t*
     // One tile: widen the gradient into a cache-resident buffer, update, narrow back.
     alignas(64) float g[kTile];
     const int64_t len = e - b;
-    for (int64_t i = 0; i < len; ++i) g[i] = adamw_internal::WidenBf16(gp[b + i]);
+    adamw_internal::WidenBf16(isa, gp + b, len, g);
     adamw_internal::AdamWTile(isa, c, len, param + b, g, m + b, v + b);
-    for (int64_t i = 0; i < len; ++i) gp[b + i] = adamw_internal::Bf16Bits(param[b + i]);
+    adamw_internal::NarrowBf16(isa, param + b, len, gp + b);
   });
 }
 
