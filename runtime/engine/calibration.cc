@@ -82,7 +82,8 @@ double AdamWParamsPerSecond(int64_t n, bool bf16_grad, MomentDtype moments, int 
   const std::vector<DecaySpan> spans = {{0, n, 0.0f}};
   const double s = BestSeconds(2, stop, [&] {
     if (moments != MomentDtype::kFp32) {
-      AdamWUpdateStored(h, spans, n, p.data(), bf16_grad ? nullptr : g.data(), gb.data(), mv, threads);
+      AdamWUpdateStored(h, spans, n, p.data(), bf16_grad ? nullptr : g.data(), gb.data(), mv, /*first_index=*/0,
+                        threads);
     } else if (bf16_grad) {
       AdamWUpdateBf16Grad(h, n, p.data(), gb.data(), m.data(), v.data(), threads);
     } else {

@@ -325,7 +325,7 @@ void UpdatePipeline::Apply(const Task& t) {
         spans.push_back({b - cb, e - cb, ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f});
       }
       AdamWUpdateStored(h, spans, ce - cb, p + (cb - sb), fp32_grad ? g + cb : nullptr, fp32_grad ? nullptr : gp + cb,
-                        OffsetMoments(moments, cb - sb), threads);
+                        OffsetMoments(moments, cb - sb), /*first_index=*/cb, threads);
       if (fp32_grad) state_->RefreshParams(t.unit, cb, ce);
     }
     return;

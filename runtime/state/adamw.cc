@@ -121,7 +121,8 @@ std::vector<Coeffs> SpanCoeffs(const AdamWHyper& h, const std::vector<DecaySpan>
 }
 
 void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
-                int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv) {
+                int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv,
+                int64_t first_index, int64_t step) {
   alignas(64) float g[kPiece];
   alignas(64) float m[kPiece];
   alignas(64) float v[kPiece];
@@ -146,7 +147,8 @@ void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<
     }
     // The roots are the update's where the spans covered the piece (they always do for a
     // unit); otherwise the encode takes them itself.
-    adamw_internal::EncodeMoments(isa, piece, len, m, v, int8 && updated == len ? roots : nullptr);
+    adamw_internal::EncodeMoments(isa, piece, len, m, v, adamw_internal::RoundingSeed{first_index + pb, step},
+                                  int8 && updated == len ? roots : nullptr);
     if (grad == nullptr) adamw_internal::NarrowBf16(isa, param + pb, len, gp + pb);
   }
 }
@@ -155,19 +157,20 @@ void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<
 
 void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
                        float* param, const float* grad, uint16_t* gp, const MomentView& moments,
-                       int threads) {
+                       int64_t first_index, int threads) {
   const Isa isa = BestIsa();
   const std::vector<Coeffs> coeffs = SpanCoeffs(h, spans);
   ForEachTile(n, ResolveThreads(threads), [&](int64_t b, int64_t e) {
-    StoredTile(isa, spans, coeffs, b, e, param, grad, gp, moments);
+    StoredTile(isa, spans, coeffs, b, e, param, grad, gp, moments, first_index, h.step);
   });
 }
 
 void AdamWStoredReference(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
-                          float* param, const float* grad, uint16_t* gp, const MomentView& moments) {
+                          float* param, const float* grad, uint16_t* gp, const MomentView& moments,
+                          int64_t first_index) {
   const std::vector<Coeffs> coeffs = SpanCoeffs(h, spans);
   for (int64_t b = 0; b < n; b += kTile) {
-    StoredTile(Isa::kScalar, spans, coeffs, b, std::min(n, b + kTile), param, grad, gp, moments);
+    StoredTile(Isa::kScalar, spans, coeffs, b, std::min(n, b + kTile), param, grad, gp, moments, first_index, h.step);
   }
 }
 

@@ -60,16 +60,18 @@ struct DecaySpan {
 // gradient is fp32 `grad`, or, when `grad` is null, bf16 in `grad_then_param`, which
 // then receives the new parameters as AdamWUpdateBf16Grad writes them. `moments` points
 // at element 0, which must start a quantization block (a multiple of kMomentBlock from
-// the unit's start). The same bits for every thread count and instruction set; with fp32
-// moments, the same bits as AdamWUpdate / AdamWUpdateBf16Grad.
+// the unit's start), and is element `first_index` of its unit (the 8-bit codes' random
+// rounding follows the unit's indices, so any split of a unit into calls gives the same
+// bits). The same bits for every thread count and instruction set; with fp32 moments,
+// the same bits as AdamWUpdate / AdamWUpdateBf16Grad.
 void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
                        float* param, const float* grad, uint16_t* grad_then_param,
-                       const MomentView& moments, int threads = 0);
+                       const MomentView& moments, int64_t first_index, int threads = 0);
 
 // The same, scalar and single-threaded: the reference the fast path is tested against.
 void AdamWStoredReference(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
                           float* param, const float* grad, uint16_t* grad_then_param,
-                          const MomentView& moments);
+                          const MomentView& moments, int64_t first_index);
 
 // Sum of squares of `n` floats (double accumulation), vectorized, `threads` threads.
 double SumSquares(const float* x, int64_t n, int threads = 0);

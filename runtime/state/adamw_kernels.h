@@ -100,10 +100,11 @@ void WidenBf16(Isa isa, const uint16_t* in, int64_t n, float* out);
 void NarrowBf16(Isa isa, const float* in, int64_t n, uint16_t* out);
 
 // fp32 `m` and `v` [0, n) into the storage of `mv` (int8: the blocks' scales too; the
-// last block may be partial). int8 encodes v from its square roots: `sqrt_v` [0, n) when
-// the update has them (AdamWTile's), else computed here (the same bits).
+// last block may be partial; the codes rounded with the random bits of `seed`'s element
+// indices and step). int8 encodes v from its square roots: `sqrt_v` [0, n) when the
+// update has them (AdamWTile's), else computed here (the same bits).
 void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v,
-                   const float* sqrt_v = nullptr);
+                   const RoundingSeed& seed, const float* sqrt_v = nullptr);
 
 }  // namespace adamw_internal
 }  // namespace slidedp

@@ -98,14 +98,20 @@ constexpr float kSubnormalScale = static_cast<float>(1u << (14 + K));  // 2^(14+
 template <int K>
 constexpr float kSubnormalUnit = 1.0f / kSubnormalScale<K>;           // 2^-(14+K), exact
 
-// x in [0, 1] (NaN: 0) to its code, rounding to nearest even.
+// The dither of a subnormal code: the top 24 of the random bits as a float in [0, 1)
+// (exact).
+inline float Dither(uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1p-24f; }
+
+// x in [0, 1] (NaN: 0) to its code, rounded stochastically by `bits` (moment_codec.h):
+// a normal x's bits below the code's last place get the top 23 - K random bits added
+// before they are cut (a carry moves x up one code); a subnormal code is floor(x *
+// 2^(14+K) + dither) (x times a power of two is exact, so the sum rounds once).
 template <int K>
-inline uint32_t EncodeUnitFloat(float x) {
+inline uint32_t EncodeUnitFloat(float x, uint32_t bits) {
   if (!(x > 0.0f)) return 0;
-  if (x < kSmallestNormal) return static_cast<uint32_t>(std::nearbyint(x * kSubnormalScale<K>));
+  if (x < kSmallestNormal) return static_cast<uint32_t>(std::floor(x * kSubnormalScale<K> + Dither(bits)));
   constexpr uint32_t s = 23 - K;
-  const uint32_t u = BitsOf(x);
-  return ((u + ((1u << (s - 1)) - 1) + ((u >> s) & 1u)) >> s) - (kExpOffset << K);
+  return ((BitsOf(x) + (bits >> (32 - s))) >> s) - (kExpOffset << K);
 }
 
 template <int K>
@@ -119,8 +125,8 @@ constexpr int kVBits = 4;  // v: e4m4 of sqrt(v / absmax)
 
 }  // namespace
 
-int8_t EncodeSigned8(float x, float inv_absmax) {
-  const int c = static_cast<int>(EncodeUnitFloat<kMBits>(std::fabs(x) * inv_absmax));
+int8_t EncodeSigned8(float x, float inv_absmax, uint32_t bits) {
+  const int c = static_cast<int>(EncodeUnitFloat<kMBits>(std::fabs(x) * inv_absmax, bits));
   return static_cast<int8_t>(x < 0.0f ? -c : c);
 }
 
@@ -129,9 +135,9 @@ float DecodeSigned8(int8_t q, float absmax) {
   return q < 0 ? -val : val;
 }
 
-uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax) {
+uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax, uint32_t bits) {
   const float r = sqrt_v * inv_sqrt_absmax;
-  uint32_t c = EncodeUnitFloat<kVBits>(r);
+  uint32_t c = EncodeUnitFloat<kVBits>(r, bits);
   if (c == 0 && r > 0.0f) c = 1;  // a nonzero v stays nonzero: the update divides by it
   return static_cast<uint8_t>(c);
 }
@@ -157,9 +163,11 @@ void DecodeInt8Scalar(const MomentView& mv, int64_t n, float* m, float* v) {
 // scalar operations in every kernel.
 inline float InvSqrtScale(float absmax) { return 1.0f / std::sqrt(absmax); }
 
-void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const float* v, const float* sqrt_v) {
+void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const float* v, const float* sqrt_v,
+                      const RoundingSeed& seed) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
+  const uint32_t km = RoundingKey(seed.step, kSaltM), kv = RoundingKey(seed.step, kSaltV);
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax(m + b, len), sv = AbsMax(v + b, len);
@@ -167,8 +175,8 @@ void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const flo
     mv.m_scale[b / kMomentBlock] = sm;
     mv.v_scale[b / kMomentBlock] = sv;
     for (int64_t i = b; i < b + len; ++i) {
-      qm[i] = EncodeSigned8(m[i], im);
-      qv[i] = EncodeUnsigned8(sqrt_v[i], iv);
+      qm[i] = EncodeSigned8(m[i], im, RoundingBits(km, seed.first_index + i));
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, RoundingBits(kv, seed.first_index + i));
     }
   }
 }
@@ -213,23 +221,37 @@ SLIDEDP_AVX512 inline void StoreBf16x16(uint16_t* p, __m512 x) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(kAll16, r));
 }
 
-// EncodeUnitFloat and DecodeUnitFloat lane by lane.
+// RoundingBits of 16 consecutive indices (index0 .. index0 + 15, modulo 2^32).
+SLIDEDP_AVX512 inline __m512i Mix512(__m512i x) {
+  x = _mm512_xor_si512(x, _mm512_maskz_srli_epi32(kAll16, x, 16));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x7feb352du)));
+  x = _mm512_xor_si512(x, _mm512_maskz_srli_epi32(kAll16, x, 15));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x846ca68bu)));
+  return _mm512_xor_si512(x, _mm512_maskz_srli_epi32(kAll16, x, 16));
+}
+SLIDEDP_AVX512 inline __m512i RoundingBits512(uint32_t key, int64_t index0) {
+  const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(index0))),
+                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  return Mix512(_mm512_add_epi32(_mm512_mullo_epi32(idx, _mm512_set1_epi32(static_cast<int>(kIndexMix))),
+                                 _mm512_set1_epi32(static_cast<int>(key))));
+}
+
+// EncodeUnitFloat and DecodeUnitFloat lane by lane; both code kinds are computed and
+// the lane's kind picked, without a branch (subnormal codes are common in a block of
+// moments, and a branch on them mispredicts).
 template <int K>
-SLIDEDP_AVX512 inline __m512i EncodeUnitFloat512(__m512 x) {
+SLIDEDP_AVX512 inline __m512i EncodeUnitFloat512(__m512 x, __m512i bits) {
   constexpr int s = 23 - K;
   const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);  // NaN: false
   const __mmask16 small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kSmallestNormal), _CMP_LT_OQ);
   const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, u, s), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_maskz_srli_epi32(
-      kAll16, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32((1 << (s - 1)) - 1)), lsb), s);
+  const __m512i r = _mm512_maskz_srli_epi32(kAll16, _mm512_add_epi32(u, _mm512_maskz_srli_epi32(kAll16, bits, 32 - s)), s);
   const __m512i cn = _mm512_sub_epi32(r, _mm512_set1_epi32(static_cast<int>(kExpOffset << K)));
-  // Subnormal codes, without a branch (they are common in a block of moments, and a
-  // branch on them mispredicts): x * 2^(14+K) is below 2^K, so adding 2^23 rounds it to
-  // an integer, to nearest even as nearbyint does, held in the sum's low mantissa bits.
-  const __m512 magic = _mm512_set1_ps(8388608.0f);  // 2^23
-  const __m512 scaled = _mm512_mul_ps(x, _mm512_set1_ps(kSubnormalScale<K>));
-  const __m512i cs = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(scaled, magic)), _mm512_castps_si512(magic));
+  const __m512 dither = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll16, _mm512_maskz_srli_epi32(kAll16, bits, 8)),
+                                      _mm512_set1_ps(0x1p-24f));
+  const __m512 y = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(kSubnormalScale<K>)), dither);
+  const __m512i cs = _mm512_maskz_cvttps_epi32(
+      kAll16, _mm512_maskz_roundscale_ps(kAll16, y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
   return _mm512_maskz_mov_epi32(pos, _mm512_mask_mov_epi32(cn, small, cs));
 }
 
@@ -277,9 +299,10 @@ SLIDEDP_AVX512 void DecodeInt8Avx512(const MomentView& mv, int64_t n, float* m, 
 }
 
 SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const float* m, const float* v,
-                                     const float* sqrt_v) {
+                                     const float* sqrt_v, const RoundingSeed& seed) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
+  const uint32_t km = RoundingKey(seed.step, kSaltM), kv = RoundingKey(seed.step, kSaltV);
   const __m512i one = _mm512_set1_epi32(1);
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
@@ -291,18 +314,19 @@ SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const floa
     int64_t i = b;
     for (; i + 16 <= b + len; i += 16) {
       const __m512 xm = _mm512_loadu_ps(m + i);
-      __m512i cm = EncodeUnitFloat512<kMBits>(_mm512_mul_ps(Abs512(xm), vim));
+      __m512i cm = EncodeUnitFloat512<kMBits>(_mm512_mul_ps(Abs512(xm), vim), RoundingBits512(km, seed.first_index + i));
       const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
       cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
       const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(sqrt_v + i), viv);
       const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
-      const __m512i cv = _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, EncodeUnitFloat512<kVBits>(r), one);
+      const __m512i cv = _mm512_mask_max_epi32(
+          _mm512_setzero_si512(), pos, EncodeUnitFloat512<kVBits>(r, RoundingBits512(kv, seed.first_index + i)), one);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, cv));
     }
     for (; i < b + len; ++i) {
-      qm[i] = EncodeSigned8(m[i], im);
-      qv[i] = EncodeUnsigned8(sqrt_v[i], iv);
+      qm[i] = EncodeSigned8(m[i], im, RoundingBits(km, seed.first_index + i));
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, RoundingBits(kv, seed.first_index + i));
     }
   }
 }
@@ -332,16 +356,30 @@ SLIDEDP_AVX2 inline __m256 WidenBf16x8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+SLIDEDP_AVX2 inline __m256i Mix256(__m256i x) {
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x7feb352du)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x846ca68bu)));
+  return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+SLIDEDP_AVX2 inline __m256i RoundingBits256(uint32_t key, int64_t index0) {
+  const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(index0))),
+                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return Mix256(_mm256_add_epi32(_mm256_mullo_epi32(idx, _mm256_set1_epi32(static_cast<int>(kIndexMix))),
+                                 _mm256_set1_epi32(static_cast<int>(key))));
+}
+
 template <int K>
-SLIDEDP_AVX2 inline __m256i EncodeUnitFloat256(__m256 x) {
+SLIDEDP_AVX2 inline __m256i EncodeUnitFloat256(__m256 x, __m256i bits) {
   constexpr int s = 23 - K;
   const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));  // NaN: false
   const __m256i small = _mm256_castps_si256(_mm256_cmp_ps(x, _mm256_set1_ps(kSmallestNormal), _CMP_LT_OQ));
-  const __m256i cs = _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kSubnormalScale<K>)),
-                                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m256 dither = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(bits, 8)), _mm256_set1_ps(0x1p-24f));
+  const __m256i cs = _mm256_cvttps_epi32(
+      _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(kSubnormalScale<K>)), dither)));
   const __m256i u = _mm256_castps_si256(x);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, s), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32((1 << (s - 1)) - 1)), lsb), s);
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_srli_epi32(bits, 32 - s)), s);
   const __m256i cn = _mm256_sub_epi32(r, _mm256_set1_epi32(static_cast<int>(kExpOffset << K)));
   return _mm256_and_si256(_mm256_blendv_epi8(cn, cs, small), pos);
 }
@@ -384,9 +422,10 @@ SLIDEDP_AVX2 void DecodeInt8Avx2(const MomentView& mv, int64_t n, float* m, floa
 }
 
 SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m, const float* v,
-                                 const float* sqrt_v) {
+                                 const float* sqrt_v, const RoundingSeed& seed) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
+  const uint32_t km = RoundingKey(seed.step, kSaltM), kv = RoundingKey(seed.step, kSaltV);
   const __m256i one = _mm256_set1_epi32(1);
   alignas(32) int32_t cm[8], cv[8];
   for (int64_t b = 0; b < n; b += kMomentBlock) {
@@ -399,13 +438,14 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
     int64_t i = b;
     for (; i + 8 <= b + len; i += 8) {
       const __m256 xm = _mm256_loadu_ps(m + i);
-      __m256i c = EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim));
+      __m256i c = EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim), RoundingBits256(km, seed.first_index + i));
       const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
       c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cm), c);
       const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(sqrt_v + i), viv);
       const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
-      const __m256i cvv = _mm256_and_si256(_mm256_max_epi32(EncodeUnitFloat256<kVBits>(r), one), pos);
+      const __m256i cvv = _mm256_and_si256(
+          _mm256_max_epi32(EncodeUnitFloat256<kVBits>(r, RoundingBits256(kv, seed.first_index + i)), one), pos);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cv), cvv);
       for (int k = 0; k < 8; ++k) {
         qm[i + k] = static_cast<int8_t>(cm[k]);
@@ -413,8 +453,8 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
       }
     }
     for (; i < b + len; ++i) {
-      qm[i] = EncodeSigned8(m[i], im);
-      qv[i] = EncodeUnsigned8(sqrt_v[i], iv);
+      qm[i] = EncodeSigned8(m[i], im, RoundingBits(km, seed.first_index + i));
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, RoundingBits(kv, seed.first_index + i));
     }
   }
 }
@@ -467,7 +507,7 @@ void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v)
 }
 
 void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v,
-                   const float* sqrt_v) {
+                   const RoundingSeed& seed, const float* sqrt_v) {
   if (mv.dtype == MomentDtype::kFp32) {
     std::memcpy(mv.m, m, n * sizeof(float));
     std::memcpy(mv.v, v, n * sizeof(float));
@@ -487,12 +527,12 @@ void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, con
   switch (isa) {
 #ifdef SLIDEDP_X86_KERNELS
     case Isa::kAvx512:
-      return EncodeInt8Avx512(mv, n, m, v, sqrt_v);
+      return EncodeInt8Avx512(mv, n, m, v, sqrt_v, seed);
     case Isa::kAvx2:
-      return EncodeInt8Avx2(mv, n, m, v, sqrt_v);
+      return EncodeInt8Avx2(mv, n, m, v, sqrt_v, seed);
 #endif
     default:
-      return EncodeInt8Scalar(mv, n, m, v, sqrt_v);
+      return EncodeInt8Scalar(mv, n, m, v, sqrt_v, seed);
   }
 }
 

@@ -7,9 +7,9 @@
 //
 // The 8-bit maps: each block is scaled by its largest magnitude (`absmax`, an fp32 scale
 // per block), and the scaled value x in [0, 1] is kept as a small float: a 4-bit
-// exponent (2^0 down to 2^-14, then subnormals) and K mantissa bits, rounded to nearest
-// even, so that every magnitude has about the same relative precision, as the dynamic
-// map of 8-bit Adam gives it:
+// exponent (2^0 down to 2^-14, then subnormals) and K mantissa bits, rounded
+// stochastically (below), so that every magnitude has about the same relative precision,
+// as the dynamic map of 8-bit Adam gives it:
 //   m (signed):       sign and x = |m| / absmax with K = 3 (steps of 1/8 relative;
 //                     down to absmax * 2^-17, smaller magnitudes become 0)
 //   v (non-negative): x = sqrt(v) * (1 / sqrt(absmax)) with K = 4 (steps of 1/16
@@ -18,6 +18,14 @@
 //                     at least absmax * 2^-36)
 // Precision where the values are matters more than the range: with a coarse map a
 // moment that changes by less than half a step per update stays where it is.
+// Stochastic rounding: x goes to the code above it with the probability of its distance
+// from the code below, so that the stored moment is the true one on average and keeps
+// moving under small changes. (Rounding to nearest let m stop at 0.62-0.75 of a steady
+// gradient's momentum, and v not fall at all where sqrt(v) lies in the lowest quarter of
+// a binade, since 0.05 v a step is less than half a code step there; tests/bench/RESULTS.md.)
+// The random bits are a hash of the element's index in its unit, the step and the
+// moment (RoundingBits), so the codes are the same for every kernel, thread count and
+// split of a unit into calls, and a run repeats bit for bit. The decode does not change.
 // Non-finite inputs encode as 0 (the engine does not update on a non-finite step).
 // bf16: round to nearest even, as LibTorch converts.
 //
@@ -74,12 +82,36 @@ std::vector<MomentBuffer> MomentBuffers(const MomentView& mv, int64_t n);
 
 namespace adamw_internal {
 
+// Where an 8-bit encode's random bits come from: the index of the call's element 0 in
+// its unit, and the step.
+struct RoundingSeed {
+  int64_t first_index = 0;
+  int64_t step = 0;
+};
+
+// The random bits of element `index` (of its unit) for the step's key of one moment:
+// RoundingBits(RoundingKey(step, kSaltM or kSaltV), index). A 32-bit mix (the finalizer
+// of MurmurHash3) of index * kIndexMix + key, all modulo 2^32; the vector kernels compute
+// the same lane by lane.
+inline constexpr uint32_t kSaltM = 0x6a09e667u, kSaltV = 0xbb67ae85u, kIndexMix = 0x9e3779b9u;
+inline uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  return x ^ (x >> 16);
+}
+inline uint32_t RoundingKey(int64_t step, uint32_t salt) { return Mix32(static_cast<uint32_t>(step) ^ salt); }
+inline uint32_t RoundingBits(uint32_t key, int64_t index) {
+  return Mix32(static_cast<uint32_t>(index) * kIndexMix + key);
+}
+
 // The single values, for tests and the reference: one 8-bit code (given the factor of
 // the block's scale that every kernel multiplies by: 1.0f / absmax for m, and for v,
-// given sqrt(v), 1.0f / sqrt(absmax)) and back.
-int8_t EncodeSigned8(float x, float inv_absmax);
+// given sqrt(v), 1.0f / sqrt(absmax)) with the element's random bits, and back.
+int8_t EncodeSigned8(float x, float inv_absmax, uint32_t bits);
 float DecodeSigned8(int8_t q, float absmax);
-uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax);
+uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax, uint32_t bits);
 float DecodeUnsigned8(uint8_t q, float absmax);
 
 }  // namespace adamw_internal

@@ -233,7 +233,7 @@ void BenchMomentDtypes(int64_t n, const std::vector<int>& thread_counts) {
           AdamWUpdateBf16Grad(h, n, p.data_ptr<float>(), gpp, static_cast<float*>(mv.m),
                               static_cast<float*>(mv.v), threads);
         } else {
-          AdamWUpdateStored(h, spans, n, p.data_ptr<float>(), nullptr, gpp, mv, threads);
+          AdamWUpdateStored(h, spans, n, p.data_ptr<float>(), nullptr, gpp, mv, /*first_index=*/0, threads);
         }
       });
       if (d == MomentDtype::kFp32) fp32_rate = rate;

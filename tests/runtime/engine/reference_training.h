@@ -160,7 +160,8 @@ inline Weights ReferenceTrain(const ModelConfig& c, const Weights& init, const T
       mv.m_scale = scales[u].data_ptr<float>();
       mv.v_scale = mv.m_scale + scales[u].numel() / 2;
       at::Tensor g = flat[u].grad().contiguous();
-      AdamWStoredReference(h, spans, flat[u].numel(), flat[u].data_ptr<float>(), g.data_ptr<float>(), nullptr, mv);
+      AdamWStoredReference(h, spans, flat[u].numel(), flat[u].data_ptr<float>(), g.data_ptr<float>(), nullptr, mv,
+                           /*first_index=*/0);
       flat[u].mutable_grad() = at::Tensor();
     }
     for (int u = 0; moments == MomentDtype::kFp32 && u < layout.num_units(); ++u) {

@@ -1,7 +1,9 @@
 // Compact AdamW moments (optimizer.state_dtype): the 8-bit and bf16 round trips within
-// their error bounds, every vector kernel bit for bit equal to the scalar one (odd
-// sizes, partial blocks, zeros, non-finite values), and the stored-moment update equal
-// to its scalar reference for every thread count, and to AdamWUpdate with fp32 moments.
+// their error bounds, the 8-bit rounding unbiased, every vector kernel bit for bit equal
+// to the scalar one (odd sizes, partial blocks, zeros, non-finite values), the
+// stored-moment update equal to its scalar reference for every thread count and split of
+// a unit into calls, and to AdamWUpdate with fp32 moments; 8-bit moments that follow a
+// steady gradient and its fall as fp32 ones do.
 #include "runtime/state/moment_codec.h"
 
 #include <gtest/gtest.h>
@@ -83,23 +85,24 @@ TEST(MomentCodec, Int8RoundTripWithinTheBlockBound) {
   const int64_t n = 4 * kMomentBlock + 77;
   const std::vector<float> m = Spread(n, 1, false), v = Spread(n, 2, true);
   Stored s(MomentDtype::kInt8, n);
-  adamw_internal::EncodeMoments(Isa::kScalar, s.view(), n, m.data(), v.data());
+  adamw_internal::EncodeMoments(Isa::kScalar, s.view(), n, m.data(), v.data(), {0, 1});
   std::vector<float> m2(n), v2(n);
   adamw_internal::DecodeMoments(Isa::kScalar, s.view(), n, m2.data(), v2.data());
   for (int64_t i = 0; i < n; ++i) {
     const double sm = s.ms[i / kMomentBlock], sv = s.vs[i / kMomentBlock];
-    // m: relative error at most 1/16 (half a step of 3 mantissa bits) above absmax *
-    // 2^-14, absolute at most half a subnormal step (absmax * 2^-18) below.
+    // m: rounded stochastically to one of the two codes around it: relative error at
+    // most 1/8 (a step of 3 mantissa bits) above absmax * 2^-14, absolute at most a
+    // subnormal step (absmax * 2^-17) below.
     const double xm = std::fabs(m[i]);
-    const double bound_m = std::max(xm / 16, sm * std::ldexp(1.0, -18)) * (1 + 1e-6);
+    const double bound_m = std::max(xm / 8, sm * std::ldexp(1.0, -17)) * (1 + 1e-6);
     EXPECT_LE(std::fabs(m2[i] - m[i]), bound_m) << "m[" << i << "] = " << m[i];
     if (m2[i] != 0) {
       EXPECT_EQ(std::signbit(m2[i]), std::signbit(m[i])) << i;
     }
-    // v: sqrt(v) within 1/32 relative (4 mantissa bits), or half a subnormal step of
-    // sqrt(absmax) * 2^-18 (the clamp of a tiny nonzero v to the smallest code).
+    // v: sqrt(v) within 1/16 relative (a step of 4 mantissa bits), or a subnormal step
+    // of sqrt(absmax) * 2^-18 (and the clamp of a tiny nonzero v to the smallest code).
     const double r = std::sqrt(v[i]), r2 = std::sqrt(v2[i]);
-    const double bound_r = std::max(r / 32, std::sqrt(sv) * std::ldexp(1.0, -18)) * (1 + 1e-6);
+    const double bound_r = std::max(r / 16, std::sqrt(sv) * std::ldexp(1.0, -18)) * (1 + 1e-6);
     EXPECT_LE(std::fabs(r2 - r), bound_r) << "v[" << i << "] = " << v[i];
     if (v[i] > 0) {
       EXPECT_GT(v2[i], 0.0f) << i;
@@ -126,7 +129,7 @@ TEST(MomentCodec, ZeroBlocksAndNonFiniteValuesEncodeAsZero) {
   v[kMomentBlock + 5] = std::numeric_limits<float>::quiet_NaN();
   v[kMomentBlock + 6] = 0.25f;
   Stored s(MomentDtype::kInt8, n);
-  adamw_internal::EncodeMoments(Isa::kScalar, s.view(), n, m.data(), v.data());
+  adamw_internal::EncodeMoments(Isa::kScalar, s.view(), n, m.data(), v.data(), {0, 1});
   EXPECT_EQ(s.ms[0], 0.0f);
   EXPECT_EQ(s.vs[0], 0.0f);
   std::vector<float> m2(n, 1.0f), v2(n, 1.0f);
@@ -145,7 +148,7 @@ TEST(MomentCodec, Bf16RoundTripIsNearestEven) {
   const int64_t n = 1000;
   const std::vector<float> m = Spread(n, 3, false), v = Spread(n, 4, true);
   Stored s(MomentDtype::kBf16, n);
-  adamw_internal::EncodeMoments(Isa::kScalar, s.view(), n, m.data(), v.data());
+  adamw_internal::EncodeMoments(Isa::kScalar, s.view(), n, m.data(), v.data(), {0, 1});
   std::vector<float> m2(n), v2(n);
   adamw_internal::DecodeMoments(Isa::kScalar, s.view(), n, m2.data(), v2.data());
   for (int64_t i = 0; i < n; ++i) {
@@ -169,14 +172,15 @@ TEST(MomentCodec, VectorKernelsEqualTheScalarOneBitForBit) {
         m[600] = std::numeric_limits<float>::quiet_NaN();
       }
       Stored ref(d, n);
-      adamw_internal::EncodeMoments(Isa::kScalar, ref.view(), n, m.data(), v.data());
+      const adamw_internal::RoundingSeed seed{1000 + 3 * n, 7};
+      adamw_internal::EncodeMoments(Isa::kScalar, ref.view(), n, m.data(), v.data(), seed);
       std::vector<float> rm(n), rv(n);
       adamw_internal::DecodeMoments(Isa::kScalar, ref.view(), n, rm.data(), rv.data());
       for (Isa isa : isas) {
         SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " " << NameOf(d)
                                         << " n=" << n);
         Stored got(d, n);
-        adamw_internal::EncodeMoments(isa, got.view(), n, m.data(), v.data());
+        adamw_internal::EncodeMoments(isa, got.view(), n, m.data(), v.data(), seed);
         EXPECT_TRUE(got == ref);
         std::vector<float> gm(n), gv(n);
         adamw_internal::DecodeMoments(isa, ref.view(), n, gm.data(), gv.data());
@@ -228,7 +232,7 @@ TEST(MomentCodec, StoredUpdateEqualsItsReferenceForEveryThreadCount) {
         ref.g = in.g;
         if (bf16_grad) ref.gp = in.gp;
         AdamWStoredReference(h, spans, n, ref.p.data(), bf16_grad ? nullptr : ref.g.data(),
-                             ref.gp.data(), ref_state.view());
+                             ref.gp.data(), ref_state.view(), /*first_index=*/0);
       }
       for (int threads : {1, 2, 3, 8}) {
         SCOPED_TRACE(::testing::Message() << NameOf(d) << " bf16_grad=" << bf16_grad
@@ -241,7 +245,7 @@ TEST(MomentCodec, StoredUpdateEqualsItsReferenceForEveryThreadCount) {
           got.g = in.g;
           if (bf16_grad) got.gp = in.gp;
           AdamWUpdateStored(h, spans, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),
-                            got.gp.data(), state.view(), threads);
+                            got.gp.data(), state.view(), /*first_index=*/0, threads);
         }
         EXPECT_EQ(std::memcmp(got.p.data(), ref.p.data(), n * 4), 0);
         EXPECT_TRUE(state == ref_state);
@@ -250,6 +254,122 @@ TEST(MomentCodec, StoredUpdateEqualsItsReferenceForEveryThreadCount) {
         }
       }
     }
+  }
+}
+
+// The 8-bit rounding is unbiased: one value between two codes, encoded for many steps
+// (other random bits each time), decodes on average to itself, m (both signs) and v,
+// normal and subnormal codes; rounding to nearest would give the nearer code every time.
+TEST(MomentCodec, Int8RoundingIsUnbiased) {
+  const int64_t n = kMomentBlock;
+  // Element 0 holds the block's scale (1.0); the others sit between codes.
+  const std::vector<float> probes = {0.5f + 0.0625f * 0.3f, -(0.25f + 0.03125f * 0.8f), 0x1p-14f * 1.37f,
+                                     0x1p-16f * 0.55f, 0.9f};
+  std::vector<double> sum_m(probes.size(), 0.0), sum_v(probes.size(), 0.0);
+  const int steps = 40000;
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<float> m(n, 0.0f), v(n, 0.0f);
+    m[0] = 1.0f;
+    v[0] = 1.0f;
+    for (size_t k = 0; k < probes.size(); ++k) {
+      m[1 + k] = probes[k];
+      v[1 + k] = probes[k] * probes[k];
+    }
+    Stored s(MomentDtype::kInt8, n);
+    adamw_internal::EncodeMoments(Isa::kScalar, s.view(), n, m.data(), v.data(), {0, step});
+    std::vector<float> m2(n), v2(n);
+    adamw_internal::DecodeMoments(Isa::kScalar, s.view(), n, m2.data(), v2.data());
+    for (size_t k = 0; k < probes.size(); ++k) {
+      sum_m[k] += m2[1 + k];
+      sum_v[k] += std::sqrt(v2[1 + k]);  // the map is on sqrt(v): its mean is sqrt(v)
+    }
+  }
+  for (size_t k = 0; k < probes.size(); ++k) {
+    const double want = probes[k];
+    // A step is at most 1/8 of the value (m) and 1/16 of sqrt(v), so one draw's standard
+    // deviation is at most 1/16 of it: 40000 draws put the mean within 0.2% (7 sigma).
+    EXPECT_NEAR(sum_m[k] / steps, want, 2e-3 * std::fabs(want)) << "m " << want;
+    EXPECT_NEAR(sum_v[k] / steps, std::fabs(want), 2e-3 * std::fabs(want)) << "sqrt(v) " << std::fabs(want);
+  }
+}
+
+// A unit's update split into calls at quantization blocks (as the engine's chunks and
+// hosts' shards split it), each with its first element's index, gives one call's bits.
+TEST(MomentCodec, StoredUpdateSplitIntoCallsEqualsOneCall) {
+  const int64_t n = 5 * kMomentBlock + 40, cut = 2 * kMomentBlock;
+  const UpdateCase start = MakeCase(n, 11);
+  UpdateCase whole = start, parts = start;
+  Stored sw(MomentDtype::kInt8, n), sp(MomentDtype::kInt8, n);
+  AdamWHyper h;
+  h.lr = 1e-2f;
+  for (int step = 1; step <= 3; ++step) {
+    h.step = step;
+    const UpdateCase in = MakeCase(n, 200 + step);
+    AdamWUpdateStored(h, {{0, n, 0.0f}}, n, whole.p.data(), in.g.data(), nullptr, sw.view(), 0, 2);
+    AdamWUpdateStored(h, {{0, cut, 0.0f}}, cut, parts.p.data(), in.g.data(), nullptr, sp.view(), 0, 1);
+    AdamWUpdateStored(h, {{0, n - cut, 0.0f}}, n - cut, parts.p.data() + cut, in.g.data() + cut, nullptr,
+                      OffsetMoments(sp.view(), cut), cut, 1);
+  }
+  EXPECT_EQ(std::memcmp(whole.p.data(), parts.p.data(), n * 4), 0);
+  EXPECT_TRUE(sw == sp);
+}
+
+// 8-bit moments follow a steady gradient and then its fall as fp32 moments do, in blocks
+// whose scale another element holds (the first of each block, gradient 1 throughout):
+// with rounding to nearest, m stopped short of its value (it moves by 0.1 (g - m) a step,
+// less than half a code step as it nears g) and v did not fall where sqrt(v) lay in the
+// lowest quarter of a binade (tests/bench/RESULTS.md). (Where every element of a block
+// moves in proportion, the scale carries the change and either rounding follows.)
+TEST(MomentCodec, Int8MomentsFollowASteadyGradientAndItsFall) {
+  const int64_t n = 8 * kMomentBlock;
+  std::vector<float> g0(n);
+  {
+    std::mt19937 rng(12);
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    // Magnitudes over two binades below the block's scale, both signs.
+    for (int64_t i = 0; i < n; ++i) g0[i] = (rng() & 1 ? 1.0f : -1.0f) * std::ldexp(1.0f + unit(rng), -(2 + i % 3));
+  }
+  const int warmup = 50, steady = 100;
+  auto run = [&](MomentDtype d, int fallen, std::vector<float>* m, std::vector<float>* v) {
+    std::vector<float> p(n, 0.0f), g(n);
+    Stored s(d, n);
+    AdamWHyper h;
+    h.lr = 1e-4f;
+    for (int step = 1; step <= warmup + steady + fallen; ++step) {
+      h.step = step;
+      // The others' gradient starts after the warm-up, then falls to a quarter.
+      const float f = step <= warmup ? 0.0f : step <= warmup + steady ? 1.0f : 0.25f;
+      for (int64_t i = 0; i < n; ++i) g[i] = i % kMomentBlock == 0 ? 1.0f : f * g0[i];
+      AdamWUpdateStored(h, {{0, n, 0.0f}}, n, p.data(), g.data(), nullptr, s.view(), 0, 1);
+    }
+    m->resize(n);
+    v->resize(n);
+    adamw_internal::DecodeMoments(Isa::kScalar, s.view(), n, m->data(), v->data());
+  };
+  for (const int fallen : {0, 60}) {
+    std::vector<float> fm, fv, qm, qv;
+    run(MomentDtype::kFp32, fallen, &fm, &fv);
+    run(MomentDtype::kInt8, fallen, &qm, &qv);
+    double ratio_m = 0.0, ratio_v = 0.0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i % kMomentBlock == 0) continue;
+      ratio_m += qm[i] / fm[i];
+      ratio_v += qv[i] / fv[i];
+      ++count;
+    }
+    ratio_m /= count;
+    ratio_v /= count;
+    std::printf("after %d steady steps and %d at a quarter: int8 / fp32, mean over elements: m %.4f v %.4f\n",
+                steady, fallen, ratio_m, ratio_v);
+    // Each element's code is off by up to a step (1/8 of m, about 1/8 of v) at random:
+    // the mean over 2040 elements is within 1.5% of fp32's for m. v is rounded through
+    // sqrt(v), unbiased there, so v itself comes out high by the rounding's variance,
+    // up to (1/16)^2 / 4 of v an encode, which 1 / (1 - beta2) = 20 steps accumulate:
+    // within 3%. (Rounded to nearest: m 0.71 and v 0.55 of fp32's after the steady
+    // steps, m 1.77 and v 4.1 after the fall.)
+    EXPECT_NEAR(ratio_m, 1.0, 0.015) << fallen;
+    EXPECT_NEAR(ratio_v, 1.0, 0.03) << fallen;
   }
 }
 
@@ -265,7 +385,7 @@ TEST(MomentCodec, Fp32StoredUpdateIsAdamWUpdate) {
   for (int step = 1; step <= 3; ++step) {
     h.step = step;
     AdamWUpdate(h, n, a.p.data(), a.g.data(), am.data(), av.data(), 2);
-    AdamWUpdateStored(h, {{0, n, 0.1f}}, n, b.p.data(), b.g.data(), nullptr, s.view(), 2);
+    AdamWUpdateStored(h, {{0, n, 0.1f}}, n, b.p.data(), b.g.data(), nullptr, s.view(), 0, 2);
   }
   EXPECT_EQ(std::memcmp(a.p.data(), b.p.data(), n * 4), 0);
   EXPECT_EQ(std::memcmp(am.data(), s.m.data(), n * 4), 0);
@@ -293,7 +413,7 @@ TEST(MomentCodec, CompactMomentsTrackFp32Moments) {
     for (int step = 1; step <= 200; ++step) {
       h.step = step;
       for (int64_t i = 0; i < n; ++i) g[i] = p[i] - target[i] + 0.1f * normal(rng);
-      AdamWUpdateStored(h, {{0, n, 0.0f}}, n, p.data(), g.data(), nullptr, s.view(), 1);
+      AdamWUpdateStored(h, {{0, n, 0.0f}}, n, p.data(), g.data(), nullptr, s.view(), 0, 1);
     }
     double err = 0;
     for (int64_t i = 0; i < n; ++i) err += (p[i] - target[i]) * (p[i] - target[i]);
@@ -303,9 +423,10 @@ TEST(MomentCodec, CompactMomentsTrackFp32Moments) {
   EXPECT_LT(fp32, 0.3);  // it learns: from 1.0 towards the target
   std::printf("rms distance to the target after 200 steps: fp32 %.5f bf16 %.5f int8 %.5f\n", fp32, bf16, int8);
   EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
-  // 8-bit m keeps 3 mantissa bits: the noisy gradients' momentum is rounded by up to
-  // 1/16, which leaves the parameters about 11% further from the target than fp32's.
-  EXPECT_NEAR(int8, fp32, 0.15 * fp32);
+  // 8-bit m keeps 3 mantissa bits. Rounded to nearest, the momentum stood still under
+  // small changes and left the parameters 11% further from the target than fp32's;
+  // rounded stochastically they end within 0.3% of fp32's.
+  EXPECT_NEAR(int8, fp32, 0.02 * fp32);
 }
 
 }  // namespace
