@@ -167,7 +167,7 @@ void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const flo
                       const RoundingSeed& seed) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
-  const uint32_t km = RoundingKey(seed.step, kSaltM), kv = RoundingKey(seed.step, kSaltV);
+  const uint32_t key = RoundingKey(seed.step);
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax(m + b, len), sv = AbsMax(v + b, len);
@@ -175,8 +175,9 @@ void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const flo
     mv.m_scale[b / kMomentBlock] = sm;
     mv.v_scale[b / kMomentBlock] = sv;
     for (int64_t i = b; i < b + len; ++i) {
-      qm[i] = EncodeSigned8(m[i], im, RoundingBits(km, seed.first_index + i));
-      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, RoundingBits(kv, seed.first_index + i));
+      const uint32_t bits = RoundingBits(key, seed.first_index + i);
+      qm[i] = EncodeSigned8(m[i], im, bits);
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, VBits(bits));
     }
   }
 }
@@ -229,11 +230,17 @@ SLIDEDP_AVX512 inline __m512i Mix512(__m512i x) {
   x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x846ca68bu)));
   return _mm512_xor_si512(x, _mm512_maskz_srli_epi32(kAll16, x, 16));
 }
+// (index0 + lane) * kIndexMix + key = (index0 * kIndexMix + key) + lane * kIndexMix.
 SLIDEDP_AVX512 inline __m512i RoundingBits512(uint32_t key, int64_t index0) {
-  const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(index0))),
-                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  return Mix512(_mm512_add_epi32(_mm512_mullo_epi32(idx, _mm512_set1_epi32(static_cast<int>(kIndexMix))),
-                                 _mm512_set1_epi32(static_cast<int>(key))));
+  constexpr uint32_t k = kIndexMix;
+  const __m512i lanes = _mm512_setr_epi32(0, static_cast<int>(k), static_cast<int>(2 * k), static_cast<int>(3 * k),
+                                          static_cast<int>(4 * k), static_cast<int>(5 * k), static_cast<int>(6 * k),
+                                          static_cast<int>(7 * k), static_cast<int>(8 * k), static_cast<int>(9 * k),
+                                          static_cast<int>(10 * k), static_cast<int>(11 * k),
+                                          static_cast<int>(12 * k), static_cast<int>(13 * k),
+                                          static_cast<int>(14 * k), static_cast<int>(15 * k));
+  const uint32_t base = static_cast<uint32_t>(index0) * k + key;
+  return Mix512(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)), lanes));
 }
 
 // EncodeUnitFloat and DecodeUnitFloat lane by lane; both code kinds are computed and
@@ -302,7 +309,7 @@ SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const floa
                                      const float* sqrt_v, const RoundingSeed& seed) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
-  const uint32_t km = RoundingKey(seed.step, kSaltM), kv = RoundingKey(seed.step, kSaltV);
+  const uint32_t key = RoundingKey(seed.step);
   const __m512i one = _mm512_set1_epi32(1);
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
@@ -314,19 +321,21 @@ SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const floa
     int64_t i = b;
     for (; i + 16 <= b + len; i += 16) {
       const __m512 xm = _mm512_loadu_ps(m + i);
-      __m512i cm = EncodeUnitFloat512<kMBits>(_mm512_mul_ps(Abs512(xm), vim), RoundingBits512(km, seed.first_index + i));
+      const __m512i bits = RoundingBits512(key, seed.first_index + i);
+      __m512i cm = EncodeUnitFloat512<kMBits>(_mm512_mul_ps(Abs512(xm), vim), bits);
       const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
       cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
       const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(sqrt_v + i), viv);
       const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
       const __m512i cv = _mm512_mask_max_epi32(
-          _mm512_setzero_si512(), pos, EncodeUnitFloat512<kVBits>(r, RoundingBits512(kv, seed.first_index + i)), one);
+          _mm512_setzero_si512(), pos, EncodeUnitFloat512<kVBits>(r, _mm512_maskz_rol_epi32(kAll16, bits, 16)), one);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, cv));
     }
     for (; i < b + len; ++i) {
-      qm[i] = EncodeSigned8(m[i], im, RoundingBits(km, seed.first_index + i));
-      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, RoundingBits(kv, seed.first_index + i));
+      const uint32_t bits = RoundingBits(key, seed.first_index + i);
+      qm[i] = EncodeSigned8(m[i], im, bits);
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, VBits(bits));
     }
   }
 }
@@ -364,11 +373,14 @@ SLIDEDP_AVX2 inline __m256i Mix256(__m256i x) {
   return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 SLIDEDP_AVX2 inline __m256i RoundingBits256(uint32_t key, int64_t index0) {
-  const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(index0))),
-                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  return Mix256(_mm256_add_epi32(_mm256_mullo_epi32(idx, _mm256_set1_epi32(static_cast<int>(kIndexMix))),
-                                 _mm256_set1_epi32(static_cast<int>(key))));
+  constexpr uint32_t k = kIndexMix;
+  const __m256i lanes = _mm256_setr_epi32(0, static_cast<int>(k), static_cast<int>(2 * k), static_cast<int>(3 * k),
+                                          static_cast<int>(4 * k), static_cast<int>(5 * k), static_cast<int>(6 * k),
+                                          static_cast<int>(7 * k));
+  const uint32_t base = static_cast<uint32_t>(index0) * k + key;
+  return Mix256(_mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(base)), lanes));
 }
+SLIDEDP_AVX2 inline __m256i Rotate16x8(__m256i x) { return _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_srli_epi32(x, 16)); }
 
 template <int K>
 SLIDEDP_AVX2 inline __m256i EncodeUnitFloat256(__m256 x, __m256i bits) {
@@ -425,7 +437,7 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
                                  const float* sqrt_v, const RoundingSeed& seed) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
-  const uint32_t km = RoundingKey(seed.step, kSaltM), kv = RoundingKey(seed.step, kSaltV);
+  const uint32_t key = RoundingKey(seed.step);
   const __m256i one = _mm256_set1_epi32(1);
   alignas(32) int32_t cm[8], cv[8];
   for (int64_t b = 0; b < n; b += kMomentBlock) {
@@ -438,14 +450,15 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
     int64_t i = b;
     for (; i + 8 <= b + len; i += 8) {
       const __m256 xm = _mm256_loadu_ps(m + i);
-      __m256i c = EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim), RoundingBits256(km, seed.first_index + i));
+      const __m256i bits = RoundingBits256(key, seed.first_index + i);
+      __m256i c = EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim), bits);
       const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
       c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cm), c);
       const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(sqrt_v + i), viv);
       const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
       const __m256i cvv = _mm256_and_si256(
-          _mm256_max_epi32(EncodeUnitFloat256<kVBits>(r, RoundingBits256(kv, seed.first_index + i)), one), pos);
+          _mm256_max_epi32(EncodeUnitFloat256<kVBits>(r, Rotate16x8(bits)), one), pos);
       _mm256_store_si256(reinterpret_cast<__m256i*>(cv), cvv);
       for (int k = 0; k < 8; ++k) {
         qm[i + k] = static_cast<int8_t>(cm[k]);
@@ -453,8 +466,9 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
       }
     }
     for (; i < b + len; ++i) {
-      qm[i] = EncodeSigned8(m[i], im, RoundingBits(km, seed.first_index + i));
-      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, RoundingBits(kv, seed.first_index + i));
+      const uint32_t bits = RoundingBits(key, seed.first_index + i);
+      qm[i] = EncodeSigned8(m[i], im, bits);
+      qv[i] = EncodeUnsigned8(sqrt_v[i], iv, VBits(bits));
     }
   }
 }

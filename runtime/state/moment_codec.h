@@ -89,11 +89,12 @@ struct RoundingSeed {
   int64_t step = 0;
 };
 
-// The random bits of element `index` (of its unit) for the step's key of one moment:
-// RoundingBits(RoundingKey(step, kSaltM or kSaltV), index). A 32-bit mix (the finalizer
-// of MurmurHash3) of index * kIndexMix + key, all modulo 2^32; the vector kernels compute
-// the same lane by lane.
-inline constexpr uint32_t kSaltM = 0x6a09e667u, kSaltV = 0xbb67ae85u, kIndexMix = 0x9e3779b9u;
+// The random bits of element `index` (of its unit) at a step: RoundingBits(
+// RoundingKey(step), index) for m, and those rotated by 16 (VBits) for v. A 32-bit mix
+// (the finalizer of MurmurHash3, whose output bits are close to independent) of
+// index * kIndexMix + key, all modulo 2^32; the vector kernels compute the same lane by
+// lane (one mix an element for both moments).
+inline constexpr uint32_t kRoundingSalt = 0x6a09e667u, kIndexMix = 0x9e3779b9u;
 inline uint32_t Mix32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
@@ -101,10 +102,11 @@ inline uint32_t Mix32(uint32_t x) {
   x *= 0x846ca68bu;
   return x ^ (x >> 16);
 }
-inline uint32_t RoundingKey(int64_t step, uint32_t salt) { return Mix32(static_cast<uint32_t>(step) ^ salt); }
+inline uint32_t RoundingKey(int64_t step) { return Mix32(static_cast<uint32_t>(step) ^ kRoundingSalt); }
 inline uint32_t RoundingBits(uint32_t key, int64_t index) {
   return Mix32(static_cast<uint32_t>(index) * kIndexMix + key);
 }
+inline uint32_t VBits(uint32_t bits) { return (bits << 16) | (bits >> 16); }
 
 // The single values, for tests and the reference: one 8-bit code (given the factor of
 // the block's scale that every kernel multiplies by: 1.0f / absmax for m, and for v,
