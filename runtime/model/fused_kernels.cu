@@ -459,28 +459,27 @@ bool VectorOn() {
   }();
   return on;
 }
-bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-bool VecRmsNorm(const RmsNormArgs& a) {
-  return VectorOn() && a.cols % 8 == 0 && Aligned16(a.x) && Aligned16(a.residual) && Aligned16(a.w) &&
-         Aligned16(a.sum) && Aligned16(a.y);
-}
-bool VecRmsNormBackward(const RmsNormGradArgs& a) {
-  return VectorOn() && a.cols % 8 == 0 && Aligned16(a.dy) && Aligned16(a.s) && Aligned16(a.w) &&
-         Aligned16(a.dsum) && Aligned16(a.dx);
-}
-bool VecRope(const RopeArgs& a) {
-  return VectorOn() && a.D % 16 == 0 && Aligned16(a.in) && Aligned16(a.out) && Aligned16(a.cos) &&
-         Aligned16(a.sin) && a.in_b % 8 == 0 && a.in_h % 8 == 0 && a.in_t % 8 == 0 && a.out_b % 8 == 0 &&
-         a.out_h % 8 == 0 && a.out_t % 8 == 0;
-}
-bool VecSwiglu(int64_t rows, int64_t cols, int64_t ld, std::initializer_list<const void*> ptrs) {
-  if (!VectorOn()) return false;
-  if (ld == cols ? (rows * cols) % 8 != 0 : (cols % 8 != 0 || ld % 8 != 0)) return false;
+// Every operand 16-byte aligned (null: an absent operand).
+bool Aligned16(std::initializer_list<const void*> ptrs) {
   for (const void* p : ptrs) {
-    if (!Aligned16(p)) return false;
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   }
   return true;
+}
+
+bool VecRmsNorm(const RmsNormArgs& a) {
+  return VectorOn() && a.cols % 8 == 0 && Aligned16({a.x, a.residual, a.w, a.sum, a.y});
+}
+bool VecRmsNormBackward(const RmsNormGradArgs& a) {
+  return VectorOn() && a.cols % 8 == 0 && Aligned16({a.dy, a.s, a.w, a.dsum, a.dx});
+}
+bool VecRope(const RopeArgs& a) {
+  return VectorOn() && a.D % 16 == 0 && Aligned16({a.in, a.out, a.cos, a.sin}) && a.in_b % 8 == 0 &&
+         a.in_h % 8 == 0 && a.in_t % 8 == 0 && a.out_b % 8 == 0 && a.out_h % 8 == 0 && a.out_t % 8 == 0;
+}
+bool VecSwiglu(int64_t rows, int64_t cols, int64_t ld, std::initializer_list<const void*> ptrs) {
+  const bool whole_vectors = ld == cols ? (rows * cols) % 8 == 0 : (cols % 8 == 0 && ld % 8 == 0);
+  return VectorOn() && whole_vectors && Aligned16(ptrs);
 }
 
 // RmsNormBackward's blocks (each writes one partial of dw): a warp per row, at most 4

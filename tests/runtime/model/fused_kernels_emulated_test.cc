@@ -78,21 +78,12 @@ struct SwigluCase {
   int64_t rows, cols, ld;
 };
 
-void RunSwiglu(const SwigluArgs& a, bool vec) {
-  const int64_t vcols = vec ? a.cols / 8 : a.cols, vld = vec ? a.ld / 8 : a.ld;
-  if (vec) {
-    cuda_emulation::Launch(k::SwigluVecKernel, k::SwigluGrid(a.rows, vcols, vld), 256, 0, a);
-  } else {
-    cuda_emulation::Launch(k::SwigluKernel, k::SwigluGrid(a.rows, vcols, vld), 256, 0, a);
-  }
-}
-void RunSwigluBackward(const SwigluGradArgs& a, bool vec) {
-  const int64_t vcols = vec ? a.cols / 8 : a.cols, vld = vec ? a.ld / 8 : a.ld;
-  if (vec) {
-    cuda_emulation::Launch(k::SwigluBackwardVecKernel, k::SwigluGrid(a.rows, vcols, vld), 256, 0, a);
-  } else {
-    cuda_emulation::Launch(k::SwigluBackwardKernel, k::SwigluGrid(a.rows, vcols, vld), 256, 0, a);
-  }
+// One SwiGLU kernel (forward or backward) in its vector or scalar form, on the grid its
+// launcher gives it (vectors of 8 elements, or elements).
+template <typename Args>
+void RunSwiglu(void (*scalar)(Args), void (*vector)(Args), const Args& a, bool vec) {
+  const int64_t per = vec ? 8 : 1;
+  cuda_emulation::Launch(vec ? vector : scalar, k::SwigluGrid(a.rows, a.cols / per, a.ld / per), 256, 0, a);
 }
 
 TEST(FusedKernelsEmulated, SwigluVectorFormEqualsScalarFormBitForBit) {
@@ -113,9 +104,9 @@ TEST(FusedKernelsEmulated, SwigluVectorFormEqualsScalarFormBitForBit) {
     const uint16_t* up = gu.data() + (flat ? in_n : c.cols);
     SwigluArgs a{gate, up, y_vec.data(), c.rows, c.cols, c.ld};
     ASSERT_TRUE(k::VecSwiglu(a.rows, a.cols, a.ld, {a.gate, a.up, a.out})) << what;
-    RunSwiglu(a, true);
+    RunSwiglu(k::SwigluKernel, k::SwigluVecKernel, a, true);
     a.out = y_scalar.data();
-    RunSwiglu(a, false);
+    RunSwiglu(k::SwigluKernel, k::SwigluVecKernel, a, false);
     a.out = y_ref.data();
     cpu::Swiglu(a);
     ExpectBitEqual(y_vec.data(), y_scalar.data(), out_n, what + " y, vector vs scalar");
@@ -126,10 +117,10 @@ TEST(FusedKernelsEmulated, SwigluVectorFormEqualsScalarFormBitForBit) {
     const int64_t up_off = up - gate;
     SwigluGradArgs g{dy.data(), gate, up, dgu_vec.data(), dgu_vec.data() + up_off, c.rows, c.cols, c.ld};
     ASSERT_TRUE(k::VecSwiglu(g.rows, g.cols, g.ld, {g.dy, g.gate, g.up, g.dgate, g.dup})) << what;
-    RunSwigluBackward(g, true);
+    RunSwiglu(k::SwigluBackwardKernel, k::SwigluBackwardVecKernel, g, true);
     g.dgate = dgu_scalar.data();
     g.dup = dgu_scalar.data() + up_off;
-    RunSwigluBackward(g, false);
+    RunSwiglu(k::SwigluBackwardKernel, k::SwigluBackwardVecKernel, g, false);
     ExpectBitEqual(dgu_vec.data(), dgu_scalar.data(), grad_n, what + " dgate | dup, vector vs scalar");
   }
 }
