@@ -222,14 +222,15 @@ SLIDEDP_AVX512 inline void StoreBf16x16(uint16_t* p, __m512 x) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(kAll16, r));
 }
 
-// RoundingBits of 16 consecutive indices (index0 .. index0 + 15, modulo 2^32).
+// Mix32 lane by lane.
 SLIDEDP_AVX512 inline __m512i Mix512(__m512i x) {
   x = _mm512_xor_si512(x, _mm512_maskz_srli_epi32(kAll16, x, 16));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x7feb352du)));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(kMixMul1)));
   x = _mm512_xor_si512(x, _mm512_maskz_srli_epi32(kAll16, x, 15));
-  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x846ca68bu)));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(kMixMul2)));
   return _mm512_xor_si512(x, _mm512_maskz_srli_epi32(kAll16, x, 16));
 }
+// RoundingBits of 16 consecutive indices (index0 .. index0 + 15, modulo 2^32):
 // (index0 + lane) * kIndexMix + key = (index0 * kIndexMix + key) + lane * kIndexMix.
 SLIDEDP_AVX512 inline __m512i RoundingBits512(uint32_t key, int64_t index0) {
   constexpr uint32_t k = kIndexMix;
@@ -367,9 +368,9 @@ SLIDEDP_AVX2 inline __m256 WidenBf16x8(const uint16_t* p) {
 
 SLIDEDP_AVX2 inline __m256i Mix256(__m256i x) {
   x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
-  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x7feb352du)));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(kMixMul1)));
   x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
-  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x846ca68bu)));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(kMixMul2)));
   return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 SLIDEDP_AVX2 inline __m256i RoundingBits256(uint32_t key, int64_t index0) {

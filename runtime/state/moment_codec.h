@@ -95,11 +95,12 @@ struct RoundingSeed {
 // index * kIndexMix + key, all modulo 2^32; the vector kernels compute the same lane by
 // lane (one mix an element for both moments).
 inline constexpr uint32_t kRoundingSalt = 0x6a09e667u, kIndexMix = 0x9e3779b9u;
+inline constexpr uint32_t kMixMul1 = 0x7feb352du, kMixMul2 = 0x846ca68bu;  // Mix32's multipliers
 inline uint32_t Mix32(uint32_t x) {
   x ^= x >> 16;
-  x *= 0x7feb352du;
+  x *= kMixMul1;
   x ^= x >> 15;
-  x *= 0x846ca68bu;
+  x *= kMixMul2;
   return x ^ (x >> 16);
 }
 inline uint32_t RoundingKey(int64_t step) { return Mix32(static_cast<uint32_t>(step) ^ kRoundingSalt); }
