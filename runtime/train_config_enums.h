@@ -113,11 +113,11 @@ constexpr bool DeviceReducesGradient(GradRoute route, int world) {
 }
 
 // Whether gradients land in bf16 in the streamed copy: asked for, or kAuto on cuda with
-// a route whose devices reduce, on one host (several sum fp32 gradients between them).
-// (Trainer::Create refuses bf16 where it cannot be.)
-constexpr bool LandsInBf16(GradLanding landing, GradRoute route, bool cuda, int world, int hosts = 1) {
+// a route whose devices reduce. Several hosts then reduce-scatter the bf16 gradients
+// (summed in fp32, rounded once). (Trainer::Create refuses bf16 where it cannot be.)
+constexpr bool LandsInBf16(GradLanding landing, GradRoute route, bool cuda, int world) {
   return landing == GradLanding::kBf16 ||
-         (landing == GradLanding::kAuto && cuda && DeviceReducesGradient(route, world) && hosts == 1);
+         (landing == GradLanding::kAuto && cuda && DeviceReducesGradient(route, world));
 }
 
 }  // namespace slidedp

@@ -180,14 +180,8 @@ Check CheckHosts(const TrainConfig& c) {
   if (Check p = Real("hosts.timeout_seconds", h.timeout_seconds, timeout_ok, "> 0 and at most 86400")) return p;
   if (h.count == 1) return std::nullopt;
   if (h.address.empty()) return Problem{"hosts.address", "must name host 0 (its address) when hosts.count > 1"};
-  if (c.optimizer.state_dtype == MomentDtype::kInt8) {
-    return Problem{"optimizer.state_dtype", "int8 needs hosts.count 1 (its blocks would straddle the hosts' shards)"};
-  }
   if (c.policy.resident_units > 0) {
     return Problem{"policy.resident_units", "must be 0 or -1 (auto: none) with hosts.count > 1"};
-  }
-  if (c.policy.grad_landing == GradLanding::kBf16) {
-    return Problem{"policy.grad_landing", "bf16 needs hosts.count 1 (the hosts sum fp32 gradients)"};
   }
   return std::nullopt;
 }

@@ -203,7 +203,7 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
   const double dt = cuda || config.compute_dtype == ComputeDtype::kBf16 ? 2 : 4;
   const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
   const bool bf16_landing =
-      LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers, config.hosts.count);
+      LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers);
 
   HostMemoryNeed n;
   n.parameters = u.total;

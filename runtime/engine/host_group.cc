@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/communicator.h"
+#include "runtime/state/host_shards.h"
 
 #ifdef SLIDEDP_WITH_GLOO
 #include <list>
@@ -78,7 +79,7 @@ class GlooHostGroup final : public HostGroup {
       // calls (no page faults per call), in host order without this host. (Gloo's
       // all-to-all moved the same bytes at a sixth of the rate over loopback.)
       const int me = options_.rank;
-      const auto [b, e] = SliceOf(n, H, me);
+      const auto [b, e] = HostShardOf(n, H, me);
       const int64_t m = e - b;
       const at::Tensor send = in.contiguous();
       if (!scratch_.defined() || scratch_.numel() < m * (H - 1) || scratch_.scalar_type() != in.scalar_type()) {
@@ -89,7 +90,7 @@ class GlooHostGroup final : public HostGroup {
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       for (int h = 0; h < H; ++h) {
         if (h == me) continue;
-        const auto [hb, he] = SliceOf(n, H, h);
+        const auto [hb, he] = HostShardOf(n, H, h);
         // Stripe i on tag i: on connection i (c10d's Gloo picks a context by the tag).
         int tag = 0;
         for (const auto& [sb, sn] : Stripes(hb, he - hb, elem, options_.connections)) {
@@ -108,9 +109,17 @@ class GlooHostGroup final : public HostGroup {
       // whatever the timing. `out` may be this host's slice of `in` itself: the hosts
       // before this one are summed in the scratch first, so that this host's term is
       // read before it is overwritten (each element reads, then writes, its own place).
-      if (m > 0) {
+      const at::Tensor own = send.narrow(0, b, m);
+      if (m > 0 && in.scalar_type() != at::kFloat) {
+        // bf16 (a gradient landed in the streamed copy): the same order in an fp32
+        // accumulator kept between calls, rounded once into `out`.
+        if (!sum32_.defined() || sum32_.numel() < m) sum32_ = at::empty({m}, in.options().dtype(at::kFloat));
+        at::Tensor acc = sum32_.narrow(0, 0, m);
+        acc.copy_(me == 0 ? own : from(0));
+        for (int h = 1; h < H; ++h) acc.add_(h == me ? own : from(h));
+        out.narrow(0, 0, m).copy_(acc);
+      } else if (m > 0) {
         at::Tensor acc = out.narrow(0, 0, m);
-        const at::Tensor own = send.narrow(0, b, m);
         if (me == 0) {
           if (!acc.is_same(own)) acc.copy_(own);
         } else {
@@ -137,7 +146,7 @@ class GlooHostGroup final : public HostGroup {
       std::list<std::vector<at::Tensor>> bufs;
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       for (int h = 0; h < H; ++h) {
-        const auto [hb, he] = SliceOf(n, H, h);
+        const auto [hb, he] = HostShardOf(n, H, h);
         for (const auto& [sb, sn] : Stripes(hb, he - hb, elem, options_.connections)) {
           bufs.push_back({bytes.narrow(0, sb * elem, sn * elem)});
           c10d::BroadcastOptions o;
@@ -208,6 +217,7 @@ class GlooHostGroup final : public HostGroup {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   at::Tensor scratch_;  // ReduceScatter's slices from the other hosts (its caller's thread)
+  at::Tensor sum32_;    // ReduceScatter's fp32 sum of bf16 slices (its caller's thread)
   std::atomic<int64_t> sent_{0};
 };
 

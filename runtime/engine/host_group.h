@@ -49,10 +49,13 @@ class HostGroup {
   virtual int hosts() const = 0;
   virtual int rank() const = 0;
 
-  // `in`: [n] fp32 on every host; `out`: this host's slice of the sum, SliceOf(n, hosts,
-  // rank) (communicator.h), summed in host order.
+  // `in`: [n] fp32 or bf16 on every host; `out`: this host's slice of the sum,
+  // HostShardOf(n, hosts, rank) (runtime/state/host_shards.h), in `in`'s dtype, summed
+  // in host order in fp32 (bf16: rounded once at the end). `out` may be that slice of
+  // `in` itself.
   virtual absl::Status ReduceScatter(const at::Tensor& in, at::Tensor out) = 0;
-  // `buf`: [n] on every host, each holding its own slice; on return every host holds all.
+  // `buf`: [n] on every host, each holding its own HostShardOf slice; on return every
+  // host holds all.
   virtual absl::Status AllGather(at::Tensor buf) = 0;
   // Element-wise sum of `values` over the hosts, the same on every host.
   virtual absl::Status AllReduceSum(std::vector<double>& values) = 0;

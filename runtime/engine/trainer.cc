@@ -345,7 +345,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
   // otherwise or unless the host must sum several workers' gradients.
   const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
   bool bf16_landing =
-      LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers, config.hosts.count);
+      LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers);
   if (bf16_landing && dtype != at::kBFloat16) {
     return absl::InvalidArgumentError("policy.grad_landing: bf16 needs bf16 compute (compute_dtype: bf16, or device: cuda)");
   }

@@ -69,11 +69,17 @@ void UpdatePipeline::GradLanded(int u, int64_t step, double sumsq) {
 }
 
 absl::Status UpdatePipeline::ReduceOverHosts(int u, int64_t step) {
-  at::Tensor grad = state_->unit(u).grad;
+  // The fp32 gradient, or the bf16 one landed in the streamed copy (then the copy's
+  // other slices hold gradients until the update's all-gather brings their weights).
+  const bool fp32 = state_->fp32_grad();
+  at::Tensor grad = fp32 ? state_->unit(u).grad : state_->unit(u).params;
   const int64_t sb = state_->shard_begin(u), se = state_->shard_end(u);
-  absl::Status s = link_->ReduceScatter(grad, grad.narrow(0, sb, std::max<int64_t>(se - sb, 1)));
-  std::vector<double> sumsq{se > sb ? SumSquares(grad.data_ptr<float>() + sb, se - sb, config_.policy.update_threads)
-                                    : 0.0};
+  absl::Status s = link_->ReduceScatter(grad, grad.narrow(0, sb, se - sb));
+  const int threads = config_.policy.update_threads;
+  std::vector<double> sumsq{
+      se <= sb ? 0.0
+      : fp32   ? SumSquares(grad.data_ptr<float>() + sb, se - sb, threads)
+               : SumSquaresBf16(static_cast<const uint16_t*>(grad.data_ptr()) + sb, se - sb, threads)};
   if (s.ok()) s = link_->AllReduceSum(sumsq);
   absl::MutexLock lock(&mu_);
   if (!s.ok()) {
@@ -238,8 +244,9 @@ void UpdatePipeline::Loop() {
                                                   " failed: ", e.what()));
       }
     } else if (!state_->fp32_grad() && !on_gpu) {
-      // The streamed copy holds the discarded gradient: restore the weights.
-      state_->RefreshParams(t.unit, 0, state_->layout().units[t.unit].numel);
+      // The streamed copy holds the discarded gradient: restore the weights (this
+      // host's shard; the gather below brings the others').
+      state_->RefreshParams(t.unit, state_->shard_begin(t.unit), state_->shard_end(t.unit));
     }
     const double busy = MonotonicSeconds() - t0;
     if (trace_ != nullptr) {
@@ -248,7 +255,9 @@ void UpdatePipeline::Loop() {
                                t.skip ? " (skipped)" : ""),
                   t0, t0 + busy);
     }
-    const bool gather = failed.ok() && !t.skip && gather_ != nullptr;
+    // A skipped update changed no weights, but a gradient landed in bf16 took the
+    // copy's place on every host: then the weights are gathered back all the same.
+    const bool gather = failed.ok() && (!t.skip || !state_->fp32_grad()) && gather_ != nullptr;
     {
       absl::MutexLock lock(&mu_);
       busy_seconds_ += busy;

@@ -85,7 +85,7 @@ double MlpShare(const ModelShape& shape, int64_t seq_len) {
 }
 
 bool Bf16Landing(const JobShape& job, const PolicyConfig& policy) {
-  return LandsInBf16(policy.grad_landing, policy.grad_route, job.cuda, job.workers, job.hosts);
+  return LandsInBf16(policy.grad_landing, policy.grad_route, job.cuda, job.workers);
 }
 
 StepSizes SizesOf(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {

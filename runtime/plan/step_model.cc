@@ -122,14 +122,15 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
     // Each unit's reduce-scatter and all-gather on the network (the link thread's and
     // the update thread's, at once), and their bytes in host memory.
     double network_s = 0.0;
+    const int grad_bytes = GradBytes(job, knobs.policy);
     for (int u = 0; u < shape.num_units(); ++u) {
       if (residency.resident(u)) continue;
       const int64_t n = shape.unit_params[u];
-      p.network_bytes += ReduceScatterBytes(n, H) + AllGatherBytes(n, H, job.param_bytes);
-      network_s += ReduceScatterSeconds(n, job, rates) + AllGatherSeconds(n, job, rates);
+      p.network_bytes += ReduceScatterBytes(n, H, grad_bytes) + AllGatherBytes(n, H, job.param_bytes);
+      network_s += ReduceScatterSeconds(n, job, rates, grad_bytes) + AllGatherSeconds(n, job, rates);
     }
     p.busy[kResNetwork] = network_s;
-    host_bytes += static_cast<double>(streamed_params) * ExchangeHostBytesPerParam(H, job.param_bytes);
+    host_bytes += static_cast<double>(streamed_params) * ExchangeHostBytesPerParam(H, job.param_bytes, grad_bytes);
   }
   // The AdamW kernel's own traffic shows the bandwidth the host reaches at least (a
   // calibration copy counts no read-for-ownership and can read low).

@@ -16,6 +16,7 @@
 #include "runtime/plan/plan_shapes.h"
 #include "runtime/plan/residency.h"
 #include "runtime/plan/step_model.h"
+#include "runtime/state/host_shards.h"
 #include "runtime/plan/step_schedule.h"
 
 namespace slidedp::step_model_internal {
@@ -24,26 +25,33 @@ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------------------------
 // Exchanges between hosts (JobShape::hosts > 1), as runtime/engine/host_group.cc makes
-// them over Gloo: every host's buffer is cut into `hosts` equal slices (the last padded),
-// SliceOf's; host 0's shard is the largest.
+// them over Gloo: every host's buffer is cut into slices by runtime/state/host_shards.h's
+// rule; host 0's shard is the largest, and host 0 receives the most in a reduce-scatter
+// and sends the most in an all-gather (the figures below are its).
 
-inline int64_t ShardOf(int64_t numel, int hosts) { return CeilDiv(numel, hosts); }
+inline int64_t ShardOf(int64_t numel, int hosts) { return HostShardOf(numel, hosts, 0).second; }
 
-// Bytes one host sends (and receives) in the reduce-scatter of a unit's fp32 gradient:
-// the other hosts' slices (point-to-point sends).
-inline int64_t ReduceScatterBytes(int64_t numel, int hosts) { return 4 * ShardOf(numel, hosts) * (hosts - 1); }
+// Bytes one host sends (and receives) in the reduce-scatter of a unit's gradient
+// (`grad_bytes` an element: 4 landed in fp32, 2 landed in bf16 in the streamed copy,
+// GradBytes): the other hosts' slices (point-to-point sends).
+inline int64_t ReduceScatterBytes(int64_t numel, int hosts, int grad_bytes) {
+  return grad_bytes * ShardOf(numel, hosts) * (hosts - 1);
+}
 // ... in the all-gather of its streamed copy (`param_bytes` an element): its own slice
 // to each of the others, theirs back.
 inline int64_t AllGatherBytes(int64_t numel, int hosts, int param_bytes) {
   return param_bytes * ShardOf(numel, hosts) * (hosts - 1);
 }
 
+// Bytes of a landed gradient's element on the host: 2 where it lands in bf16.
+inline int GradBytes(const JobShape& job, const PolicyConfig& policy) { return Bf16Landing(job, policy) ? 2 : 4; }
+
 // Seconds on the network: the bytes each way at once at cross_host_gbps, and the
 // latency of each collective (the reduce-scatter's sends and its norm's sum; the
 // all-gather).
-inline double ReduceScatterSeconds(int64_t numel, const JobShape& job, const Rates& r) {
+inline double ReduceScatterSeconds(int64_t numel, const JobShape& job, const Rates& r, int grad_bytes) {
   return 2 * r.cross_host_latency_s +
-         static_cast<double>(ReduceScatterBytes(numel, job.hosts)) / (r.cross_host_gbps * 1e9);
+         static_cast<double>(ReduceScatterBytes(numel, job.hosts, grad_bytes)) / (r.cross_host_gbps * 1e9);
 }
 inline double AllGatherSeconds(int64_t numel, const JobShape& job, const Rates& r) {
   return r.cross_host_latency_s +
@@ -51,15 +59,19 @@ inline double AllGatherSeconds(int64_t numel, const JobShape& job, const Rates& 
 }
 
 // Host memory bytes a parameter's exchanges move on each host besides the network's own
-// (what is sent read, what is received written: 8 for the reduce-scatter's fp32, 2e for
-// the all-gather's e bytes an element). The reduce-scatter sends straight from the
-// gradient and sums the received slices into the shard (reads 4, writes 4/H), then
-// reads the shard for its squared norm (4/H); the all-gather broadcasts views of the
-// streamed copy in place (nothing more).
-inline double ReduceScatterCopyBytes(int hosts) { return 4.0 + 8.0 / hosts; }
+// (what is sent read, what is received written: 2g for the reduce-scatter's g bytes an
+// element, 2e for the all-gather's e). The reduce-scatter sends straight from the
+// gradient and sums the received slices into the shard (reads g, writes g/H), then
+// reads the shard for its squared norm (g/H); a bf16 gradient is summed through an fp32
+// accumulator (written and read, 8/H). The all-gather broadcasts views of the streamed
+// copy in place (nothing more).
+inline double ReduceScatterCopyBytes(int hosts, int grad_bytes) {
+  return grad_bytes + 2.0 * grad_bytes / hosts + (grad_bytes < 4 ? 8.0 / hosts : 0.0);
+}
 inline double AllGatherCopyBytes(int, int) { return 0.0; }
-inline double ExchangeHostBytesPerParam(int hosts, int param_bytes) {
-  return 8.0 + ReduceScatterCopyBytes(hosts) + 2.0 * param_bytes + AllGatherCopyBytes(hosts, param_bytes);
+inline double ExchangeHostBytesPerParam(int hosts, int param_bytes, int grad_bytes) {
+  return 2.0 * grad_bytes + ReduceScatterCopyBytes(hosts, grad_bytes) + 2.0 * param_bytes +
+         AllGatherCopyBytes(hosts, param_bytes);
 }
 
 // The exchanges' copies and sums in host memory, on the thread that runs the exchange

@@ -174,24 +174,40 @@ void AdamWStoredReference(const AdamWHyper& h, const std::vector<DecaySpan>& spa
   }
 }
 
-double SumSquares(const float* x, int64_t n, int threads) {
+namespace {
+
+// Sum over kTile tiles of [0, n) of tile(b, e), added in tile order (the same bits for
+// every thread count).
+template <typename TileSum>
+double SumOverTiles(int64_t n, int threads, const TileSum& tile) {
   if (n <= 0) return 0.0;
-  const Isa isa = BestIsa();
   const int t = ResolveThreads(threads);
   if (t <= 1 || n <= kTile) {  // the same tiles, summed in the same order, no allocation
     double total = 0.0;
-    for (int64_t b = 0; b < n; b += kTile) {
-      total += adamw_internal::SumSquaresTile(isa, x + b, std::min(kTile, n - b));
-    }
+    for (int64_t b = 0; b < n; b += kTile) total += tile(b, std::min(n, b + kTile));
     return total;
   }
   std::vector<double> partial((n + kTile - 1) / kTile);
-  ForEachTile(n, t, [&](int64_t b, int64_t e) {
-    partial[b / kTile] = adamw_internal::SumSquaresTile(isa, x + b, e - b);
-  });
+  ForEachTile(n, t, [&](int64_t b, int64_t e) { partial[b / kTile] = tile(b, e); });
   double total = 0.0;
   for (double s : partial) total += s;
   return total;
+}
+
+}  // namespace
+
+double SumSquares(const float* x, int64_t n, int threads) {
+  const Isa isa = BestIsa();
+  return SumOverTiles(n, threads, [&](int64_t b, int64_t e) { return adamw_internal::SumSquaresTile(isa, x + b, e - b); });
+}
+
+double SumSquaresBf16(const uint16_t* x, int64_t n, int threads) {
+  const Isa isa = BestIsa();
+  return SumOverTiles(n, threads, [&](int64_t b, int64_t e) {
+    float wide[kTile];  // 64 KiB of the calling thread's stack
+    adamw_internal::WidenBf16(isa, x + b, e - b, wide);
+    return adamw_internal::SumSquaresTile(isa, wide, e - b);
+  });
 }
 
 }  // namespace slidedp

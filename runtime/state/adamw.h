@@ -75,5 +75,7 @@ void AdamWStoredReference(const AdamWHyper& h, const std::vector<DecaySpan>& spa
 
 // Sum of squares of `n` floats (double accumulation), vectorized, `threads` threads.
 double SumSquares(const float* x, int64_t n, int threads = 0);
+// The same over bf16 values (a gradient landed in the streamed copy), widened exactly.
+double SumSquaresBf16(const uint16_t* x, int64_t n, int threads = 0);
 
 }  // namespace slidedp

@@ -1,5 +1,6 @@
 // HostState: see host_state.h.
 #include "runtime/state/host_state.h"
+#include "runtime/state/host_shards.h"
 #include "runtime/io/stop_token.h"
 
 #include <sys/mman.h>
@@ -105,17 +106,16 @@ HostState::HostState(const ModelConfig& config, at::ScalarType compute_dtype, in
       moment_dtype_(moments),
       shard_(shard),
       shards_(shards) {
-  if (shards < 1 || shard < 0 || shard >= shards || (shards > 1 && moments == MomentDtype::kInt8)) {
-    throw std::invalid_argument(absl::StrFormat("HostState: shard %d of %d with these moments", shard, shards));
+  if (shards < 1 || shard < 0 || shard >= shards) {
+    throw std::invalid_argument(absl::StrFormat("HostState: shard %d of %d", shard, shards));
   }
   std::vector<at::Tensor> pinned;
   if (pin) pinned = PinnedBuffers(layout_, compute_dtype, fp32_grad);
   size_t next_pinned = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
     const int64_t numel = layout_.units[u].numel;
-    // SliceOf (runtime/engine/communicator.h): slices of ceil(numel / shards).
-    const int64_t slice = (numel + shards - 1) / shards;
-    const int64_t sb = std::min(numel, shard * slice), se = std::min(numel, sb + slice);
+    // Shards start on whole int8 blocks (host_shards.h): m and v's blocks are the unit's.
+    const auto [sb, se] = HostShardOf(numel, shards, shard);
     shard_ranges_.emplace_back(sb, se);
     const int64_t n = se - sb;  // master, m and v: this shard
     UnitState s;

@@ -55,8 +55,8 @@ class HostState {
   // `chunk_elems` must be a multiple of kMomentBlock (validation says so).
   // `shard` of `shards` (a job over several hosts, issue 24): this host holds the
   // master, m and v of its slice [shard_begin(u), shard_end(u)) of every unit
-  // (SliceOf(numel, shards, shard), runtime/engine/communicator.h's split), the streamed
-  // copy and the gradient whole; int8 moments need one shard (their blocks).
+  // (HostShardOf(numel, shards, shard), runtime/state/host_shards.h: whole int8 blocks),
+  // the streamed copy and the gradient (fp32 or bf16 landing) whole.
   HostState(const ModelConfig& config, at::ScalarType compute_dtype, int64_t chunk_elems, bool pin,
             bool fp32_grad = true, MomentDtype moments = MomentDtype::kFp32, int shard = 0, int shards = 1);
 

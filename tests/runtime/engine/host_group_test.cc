@@ -1,6 +1,6 @@
 // HostGroup (issue 24) with 3 "hosts" as threads of this process over loopback (Gloo,
-// c10d's TCPStore): the reduce-scatter gives each host its slice of the sum for sizes
-// that do not divide, the all-gather every slice, the all-reduce the sum; a host that
+// c10d's TCPStore): the reduce-scatter gives each host its slice of the sum (fp32, or
+// bf16 summed in fp32) for sizes that do not divide, slices of whole int8 blocks, the all-gather every slice, the all-reduce the sum; a host that
 // never joins fails the rendezvous, and one that stops calling fails the others' next
 // collective, each within the timeout, never a hang.
 #include "runtime/engine/host_group.h"
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/engine/communicator.h"
+#include "runtime/state/host_shards.h"
 
 namespace slidedp {
 namespace {
@@ -49,10 +49,14 @@ TEST(HostGroup, CollectivesOfThreeHosts) {
 #endif
   const int H = 3;
   OnHosts(H, 30, [&](HostGroup& g) {
-    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}}) {
+    // Slices of whole 256-element blocks: 1000 gives host 2 nothing, 2000 each a part.
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{2000}}) {
       // Host h holds in[i] = (h + 1) * i: the sum is 6 i.
       const at::Tensor in = at::arange(n, at::kFloat) * static_cast<float>(g.rank() + 1);
-      const auto [b, e] = SliceOf(n, H, g.rank());
+      const auto [b, e] = HostShardOf(n, H, g.rank());
+      if (e > b) {
+        EXPECT_EQ(b % kInt8MomentBlock, 0) << n;
+      }
       at::Tensor out = at::full({std::max<int64_t>(e - b, 1)}, -1.0f);
       ASSERT_TRUE(g.ReduceScatter(in, out).ok());
       if (e > b) {
@@ -66,7 +70,7 @@ TEST(HostGroup, CollectivesOfThreeHosts) {
     }
     // bf16 travels as bytes, in slices of whole elements.
     at::Tensor b16 = at::full({5}, -1.0f).to(at::kBFloat16);
-    const auto [b5, e5] = SliceOf(5, H, g.rank());
+    const auto [b5, e5] = HostShardOf(5, H, g.rank());
     if (e5 > b5) b16.narrow(0, b5, e5 - b5).copy_(at::arange(b5, e5, at::kFloat).to(at::kBFloat16));
     ASSERT_TRUE(g.AllGather(b16).ok());
     EXPECT_TRUE(at::equal(b16, at::arange(5, at::kFloat).to(at::kBFloat16)));
@@ -103,7 +107,7 @@ TEST(HostGroup, ReduceScatterSumsInHostOrderInPlaceAndStripesLargeExchanges) {
       // 3M + 5 elements: 3 MiB slices, cut in stripes across the connections.
       for (const int64_t n : {int64_t{9}, int64_t{4000}, (int64_t{3} << 20) + 5}) {
         at::Tensor in = at::full({n}, term[g.rank()]);
-        const auto [b, e] = SliceOf(n, H, g.rank());
+        const auto [b, e] = HostShardOf(n, H, g.rank());
         ASSERT_TRUE(g.ReduceScatter(in, in.narrow(0, b, e - b)).ok());
         EXPECT_TRUE(at::equal(in.narrow(0, b, e - b), at::full({e - b}, expected))) << g.rank() << " " << n;
         // Elsewhere `in` is as it was.
@@ -112,11 +116,23 @@ TEST(HostGroup, ReduceScatterSumsInHostOrderInPlaceAndStripesLargeExchanges) {
         }
       }
     }
+    // bf16 (a gradient landed in the streamed copy) sums in fp32 and rounds once:
+    // 256, 1, -256, 1 give 2 (bf16 partial sums would give 1: 257 rounds to 256).
+    const float b16_term[H] = {256.0f, 1.0f, -256.0f, 1.0f};
+    for (const int64_t n : {int64_t{9}, (int64_t{3} << 20) + 5}) {
+      at::Tensor in = at::full({n}, b16_term[g.rank()]).to(at::kBFloat16);
+      const auto [b, e] = HostShardOf(n, H, g.rank());
+      ASSERT_TRUE(g.ReduceScatter(in, in.narrow(0, b, e - b)).ok());
+      EXPECT_TRUE(at::equal(in.narrow(0, b, e - b), at::full({e - b}, 2.0f).to(at::kBFloat16))) << g.rank() << " " << n;
+      if (b > 0) {
+        EXPECT_TRUE(at::equal(in.narrow(0, 0, b), at::full({b}, b16_term[g.rank()]).to(at::kBFloat16)));
+      }
+    }
     // An all-gather of bf16 in stripes: 5M + 3 elements, 2.5 MiB slices.
     const int64_t n = (int64_t{5} << 20) + 3;
     const at::Tensor want = (at::arange(n, at::kFloat).remainder(251.0f)).to(at::kBFloat16);
     at::Tensor buf = at::zeros({n}, at::kBFloat16);
-    const auto [b, e] = SliceOf(n, H, g.rank());
+    const auto [b, e] = HostShardOf(n, H, g.rank());
     buf.narrow(0, b, e - b).copy_(want.narrow(0, b, e - b));
     ASSERT_TRUE(g.AllGather(buf).ok());
     EXPECT_TRUE(at::equal(buf, want));

@@ -252,6 +252,28 @@ TEST(SumSquaresTest, SameResultForEveryThreadCount) {
   }
 }
 
+// bf16 values (a gradient landed in the streamed copy): the same sum as the widened fp32
+// values give, bit for bit, for every size and thread count.
+TEST(SumSquaresTest, Bf16EqualsItsWidenedValues) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{31}, int64_t{16385}, int64_t{1000003}}) {
+    SCOPED_TRACE(n);
+    const Buffers b = RandomBuffers(std::max<int64_t>(n, 1), 23);
+    std::vector<uint16_t> half(static_cast<size_t>(n));
+    std::vector<float> wide(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &b.p[i], 4);
+      half[i] = static_cast<uint16_t>(bits >> 16);  // truncated: any bf16 will do
+      bits = static_cast<uint32_t>(half[i]) << 16;
+      std::memcpy(&wide[i], &bits, 4);
+    }
+    const double want = SumSquares(wide.data(), n, 1);
+    for (int threads : {1, 2, 7}) EXPECT_EQ(SumSquaresBf16(half.data(), n, threads), want) << threads;
+  }
+  const uint16_t three_four[] = {0x4040, 0xC080};  // 3, -4
+  EXPECT_EQ(SumSquaresBf16(three_four, 2, 1), 25.0);
+}
+
 TEST(SumSquaresTest, HandValues) {
   const std::vector<float> x = {3.0f, -4.0f, 0.5f};
   EXPECT_EQ(SumSquares(x.data(), 3, 1), 25.25);
