@@ -366,6 +366,27 @@ SLIDEDP_AVX2 inline __m256 WidenBf16x8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+// Bf16Bits of 8 lanes (round to nearest even, NaN to 0x7fc0), as 32-bit lanes.
+SLIDEDP_AVX2 inline __m256i Bf16Bits256(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
+}
+
+SLIDEDP_AVX2 void NarrowBf16Avx2(const float* in, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    // packus works within 128-bit halves: [a0-3 b0-3 | a4-7 b4-7]; the permute puts the
+    // 64-bit quarters in order a0-3 a4-7 b0-3 b4-7.
+    const __m256i packed = _mm256_packus_epi32(Bf16Bits256(_mm256_loadu_ps(in + i)),
+                                               Bf16Bits256(_mm256_loadu_ps(in + i + 8)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute4x64_epi64(packed, 0xD8));
+  }
+  for (; i < n; ++i) out[i] = Bf16Bits(in[i]);
+}
+
 SLIDEDP_AVX2 inline __m256i Mix256(__m256i x) {
   x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
   x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(kMixMul1)));
@@ -434,13 +455,21 @@ SLIDEDP_AVX2 void DecodeInt8Avx2(const MomentView& mv, int64_t n, float* m, floa
   }
 }
 
+// The low byte of each of 8 int32 lanes, in order, in the low 64 bits: the scalar
+// kernel's casts (and AVX-512's cvtepi32_epi8), also for codes out of a byte's range (a
+// block of subnormal moments scales to infinity: code 1144, cast to 120).
+SLIDEDP_AVX2 inline __m128i LowBytes8x8(__m256i x) {
+  x = _mm256_and_si256(x, _mm256_set1_epi32(0xff));
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+  return _mm_packus_epi16(w, w);
+}
+
 SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m, const float* v,
                                  const float* sqrt_v, const RoundingSeed& seed) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
   const uint32_t key = RoundingKey(seed.step);
   const __m256i one = _mm256_set1_epi32(1);
-  alignas(32) int32_t cm[8], cv[8];
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax256(m + b, len), sv = AbsMax256(v + b, len);
@@ -455,16 +484,12 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
       __m256i c = EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim), bits);
       const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
       c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(cm), c);
       const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(sqrt_v + i), viv);
       const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
       const __m256i cvv = _mm256_and_si256(
           _mm256_max_epi32(EncodeUnitFloat256<kVBits>(r, Rotate16x8(bits)), one), pos);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(cv), cvv);
-      for (int k = 0; k < 8; ++k) {
-        qm[i + k] = static_cast<int8_t>(cm[k]);
-        qv[i + k] = static_cast<uint8_t>(cv[k]);
-      }
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(qm + i), LowBytes8x8(c));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(qv + i), LowBytes8x8(cvv));
     }
     for (; i < b + len; ++i) {
       const uint32_t bits = RoundingBits(key, seed.first_index + i);
@@ -492,10 +517,16 @@ void WidenBf16(Isa isa, const uint16_t* in, int64_t n, float* out) {
 }
 
 void NarrowBf16(Isa isa, const float* in, int64_t n, uint16_t* out) {
+  switch (isa) {
 #ifdef SLIDEDP_X86_KERNELS
-  if (isa == Isa::kAvx512) return NarrowBf16Avx512(in, n, out);
+    case Isa::kAvx512:
+      return NarrowBf16Avx512(in, n, out);
+    case Isa::kAvx2:
+      return NarrowBf16Avx2(in, n, out);
 #endif
-  for (int64_t i = 0; i < n; ++i) out[i] = Bf16Bits(in[i]);  // AVX2: the loop vectorizes
+    default:
+      for (int64_t i = 0; i < n; ++i) out[i] = Bf16Bits(in[i]);
+  }
 }
 
 void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v) {

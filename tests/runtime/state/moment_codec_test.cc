@@ -171,6 +171,15 @@ TEST(MomentCodec, VectorKernelsEqualTheScalarOneBitForBit) {
         v[290] = std::numeric_limits<float>::quiet_NaN();
         m[600] = std::numeric_limits<float>::quiet_NaN();
       }
+      if (n >= 1000) {
+        // A block of subnormal moments (m decaying to 0 where gradients stopped): m's
+        // scale's reciprocal is infinite, its codes leave a byte's range before the cast.
+        for (int64_t i = 768; i < 1000; ++i) {
+          m[i] = std::ldexp(1.0f + 0.001f * static_cast<float>(i), -135 - static_cast<int>(i % 7));
+          if (i % 2 == 1) m[i] = -m[i];
+          v[i] = std::ldexp(1.0f, -140 - static_cast<int>(i % 5));
+        }
+      }
       Stored ref(d, n);
       const adamw_internal::RoundingSeed seed{1000 + 3 * n, 7};
       adamw_internal::EncodeMoments(Isa::kScalar, ref.view(), n, m.data(), v.data(), seed);
@@ -188,6 +197,37 @@ TEST(MomentCodec, VectorKernelsEqualTheScalarOneBitForBit) {
         EXPECT_EQ(std::memcmp(gv.data(), rv.data(), n * 4), 0);
       }
     }
+  }
+}
+
+// The bf16 narrowing of every kernel (moments, the streamed copy) gives the scalar bits
+// on the edges: ties to even both ways, values that round up to infinity, infinities,
+// NaNs of either sign and payload, zeros and subnormals, in a length that ends
+// mid-vector.
+TEST(MomentCodec, Bf16NarrowingOfEveryKernelEqualsTheScalarOnEdgeValues) {
+  const uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0xff7fffffu,
+                            0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                            0x00000000u, 0x80000000u, 0x00008000u, 0x00018000u, 0x807fffffu};
+  std::vector<float> in;
+  for (int rep = 0; rep < 3; ++rep) {
+    for (uint32_t u : edges) {
+      float x;
+      std::memcpy(&x, &u, 4);
+      in.push_back(x);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(in.size());  // 51: 3 x 16 and 3 more
+  std::vector<uint16_t> want(n);
+  adamw_internal::NarrowBf16(Isa::kScalar, in.data(), n, want.data());
+  EXPECT_EQ(want[0], 0x3f80);   // tie, even below
+  EXPECT_EQ(want[1], 0x3f82);   // tie, odd below: up
+  EXPECT_EQ(want[4], 0x7f80);   // the largest float rounds to infinity
+  EXPECT_EQ(want[10], 0x7fc0);  // NaNs become the quiet NaN
+  for (Isa isa : VectorIsas()) {
+    SCOPED_TRACE(adamw_internal::IsaName(isa));
+    std::vector<uint16_t> got(n, 0xdead);
+    adamw_internal::NarrowBf16(isa, in.data(), n, got.data());
+    EXPECT_EQ(got, want);
   }
 }
 
