@@ -1,7 +1,7 @@
 // The CUDA kernels of runtime/model/fused_kernels.cu run on the CPU (cuda_emulation.h):
 // each vector form (16-byte accesses) against its scalar form on the same inputs, over
-// the launch shapes the launchers use, with strided and odd operands, and the choice of
-// form (alignment, sizes). Swiglu and RoPE: bit for bit (the same arithmetic per
+// the launchers' own forms (fused_kernels.cu's *Form: kernel, grid, block, shared
+// memory), with strided and odd operands, and the choice of form (alignment, sizes). Swiglu and RoPE: bit for bit (the same arithmetic per
 // element). RMSNorm: the sum of squares is added in another order, so rstd agrees within
 // 1e-6 relative and outputs within one bf16 unit; its residual sum bit for bit. The
 // scalar forms also equal the C++ reference (fused_kernels_cpu.cc) where the arithmetic
@@ -78,12 +78,18 @@ struct SwigluCase {
   int64_t rows, cols, ld;
 };
 
-// One SwiGLU kernel (forward or backward) in its vector or scalar form, on the grid its
-// launcher gives it (vectors of 8 elements, or elements).
+// An op's form as its launcher launches it (kernel, grid, block, shared memory).
 template <typename Args>
-void RunSwiglu(void (*scalar)(Args), void (*vector)(Args), const Args& a, bool vec) {
-  const int64_t per = vec ? 8 : 1;
-  cuda_emulation::Launch(vec ? vector : scalar, k::SwigluGrid(a.rows, a.cols / per, a.ld / per), 256, 0, a);
+void RunForm(const k::Form<Args>& f, const Args& a) {
+  cuda_emulation::Launch(f.kernel.fn, f.grid, f.block, f.shared, a);
+}
+
+// The op's vector form, which the operands must allow.
+template <typename Args>
+k::Form<Args> VectorForm(k::Form<Args> (*form)(const Args&, bool), const Args& a, void (*vector_kernel)(Args)) {
+  const k::Form<Args> f = form(a, true);
+  EXPECT_EQ(f.kernel.fn, vector_kernel) << "the operands allow the vector form";
+  return f;
 }
 
 TEST(FusedKernelsEmulated, SwigluVectorFormEqualsScalarFormBitForBit) {
@@ -103,10 +109,9 @@ TEST(FusedKernelsEmulated, SwigluVectorFormEqualsScalarFormBitForBit) {
     const uint16_t* gate = gu.data();
     const uint16_t* up = gu.data() + (flat ? in_n : c.cols);
     SwigluArgs a{gate, up, y_vec.data(), c.rows, c.cols, c.ld};
-    ASSERT_TRUE(k::VecSwiglu(a.rows, a.cols, a.ld, {a.gate, a.up, a.out})) << what;
-    RunSwiglu(k::SwigluKernel, k::SwigluVecKernel, a, true);
+    RunForm(VectorForm(k::SwigluForm, a, k::SwigluVecKernel), a);
     a.out = y_scalar.data();
-    RunSwiglu(k::SwigluKernel, k::SwigluVecKernel, a, false);
+    RunForm(k::SwigluForm(a, false), a);
     a.out = y_ref.data();
     cpu::Swiglu(a);
     ExpectBitEqual(y_vec.data(), y_scalar.data(), out_n, what + " y, vector vs scalar");
@@ -116,11 +121,10 @@ TEST(FusedKernelsEmulated, SwigluVectorFormEqualsScalarFormBitForBit) {
     Buffer dgu_vec(grad_n), dgu_scalar(grad_n);
     const int64_t up_off = up - gate;
     SwigluGradArgs g{dy.data(), gate, up, dgu_vec.data(), dgu_vec.data() + up_off, c.rows, c.cols, c.ld};
-    ASSERT_TRUE(k::VecSwiglu(g.rows, g.cols, g.ld, {g.dy, g.gate, g.up, g.dgate, g.dup})) << what;
-    RunSwiglu(k::SwigluBackwardKernel, k::SwigluBackwardVecKernel, g, true);
+    RunForm(VectorForm(k::SwigluBackwardForm, g, k::SwigluBackwardVecKernel), g);
     g.dgate = dgu_scalar.data();
     g.dup = dgu_scalar.data() + up_off;
-    RunSwiglu(k::SwigluBackwardKernel, k::SwigluBackwardVecKernel, g, false);
+    RunForm(k::SwigluBackwardForm(g, false), g);
     ExpectBitEqual(dgu_vec.data(), dgu_scalar.data(), grad_n, what + " dgate | dup, vector vs scalar");
   }
 }
@@ -132,6 +136,8 @@ TEST(FusedKernelsEmulated, SwigluTakesTheScalarFormWhereVectorsDoNotFit) {
   EXPECT_FALSE(k::VecSwiglu(2, 12, 24, {p, p + 12, b.data()}));  // rows not a whole number of vectors
   EXPECT_FALSE(k::VecSwiglu(1, 15, 15, {p, p, b.data()}));        // flat, 15 elements
   EXPECT_FALSE(k::VecSwiglu(2, 16, 32, {p + 1, p + 17, b.data()}));  // not 16-byte aligned
+  const SwigluArgs odd{p, p + 12, b.data(), 2, 12, 24};
+  EXPECT_EQ(k::SwigluForm(odd, true).kernel.fn, k::SwigluKernel);
   EXPECT_TRUE(k::VecSwiglu(3, 8, 8, {p, p + 24, b.data()}));      // flat, 24 elements
 }
 
@@ -168,11 +174,9 @@ TEST(FusedKernelsEmulated, RopeVectorFormEqualsScalarFormBitForBit) {
         a = RopeArgs{dy.data(), out_vec.data(), cos, sin, B, H, T, D, H * T * D, T * D, D, H * T * D, T * D, D,
                      table_row_b, true};
       }
-      ASSERT_TRUE(k::VecRope(a)) << what;
-      const int64_t total = B * H * T * (D / 2);
-      cuda_emulation::Launch(k::RopeVecKernel, k::GridFor(total / 8, 256), 256, 0, a);
+      RunForm(VectorForm(k::RopeForm, a, k::RopeVecKernel), a);
       a.out = out_scalar.data();
-      cuda_emulation::Launch(k::RopeKernel, k::GridFor(total, 256), 256, 0, a);
+      RunForm(k::RopeForm(a, false), a);
       a.out = out_ref.data();
       cpu::Rope(a);
       ExpectBitEqual(out_vec.data(), out_scalar.data(), out_n, what + ", vector vs scalar");
@@ -185,7 +189,7 @@ TEST(FusedKernelsEmulated, RopeVectorFormEqualsScalarFormBitForBit) {
              false};
   cuda_emulation::Launch(k::RopeVecKernel, 1, 32, 0, a);
   a.out = full.data();
-  cuda_emulation::Launch(k::RopeKernel, k::GridFor(B * H * T * D / 2, 256), 256, 0, a);
+  RunForm(k::RopeForm(a, false), a);
   ExpectBitEqual(small_grid.data(), full.data(), full.size, "one block of 32 threads");
 }
 
@@ -207,18 +211,11 @@ TEST(FusedKernelsEmulated, RopeTakesTheScalarFormWhereVectorsDoNotFit) {
   a = ok;
   a.cos = f + 1;
   EXPECT_FALSE(k::VecRope(a));
+  EXPECT_EQ(k::RopeForm(a, true).kernel.fn, k::RopeKernel);
+  EXPECT_EQ(k::RopeForm(ok, false).kernel.fn, k::RopeKernel);  // SLIDEDP_FUSED_VECTOR=0
 }
 
 // --- RMSNorm ----------------------------------------------------------------------------
-
-void RunRmsNorm(const RmsNormArgs& a, bool vec) {
-  const unsigned blocks = static_cast<unsigned>((a.rows + k::kWarpsPerBlock - 1) / k::kWarpsPerBlock);
-  if (vec) {
-    cuda_emulation::Launch(k::RmsNormVecKernel, blocks, 32 * k::kWarpsPerBlock, 0, a);
-  } else {
-    cuda_emulation::Launch(k::RmsNormKernel, blocks, 32 * k::kWarpsPerBlock, 0, a);
-  }
-}
 
 TEST(FusedKernelsEmulated, RmsNormVectorFormMatchesScalarForm) {
   std::mt19937 rng(3);
@@ -234,12 +231,11 @@ TEST(FusedKernelsEmulated, RmsNormVectorFormMatchesScalarForm) {
       std::vector<float> rstd_vec(rows), rstd_scalar(rows);
       RmsNormArgs a{x.data(), residual ? r.data() : nullptr, w.data(), sum_vec.data(), y_vec.data(),
                     rstd_vec.data(), rows, cols, 1e-6f};
-      ASSERT_TRUE(k::VecRmsNorm(a)) << what;
-      RunRmsNorm(a, true);
+      RunForm(VectorForm(k::RmsNormForm, a, k::RmsNormVecKernel), a);
       a.sum = sum_scalar.data();
       a.y = y_scalar.data();
       a.rstd = rstd_scalar.data();
-      RunRmsNorm(a, false);
+      RunForm(k::RmsNormForm(a, false), a);
       for (int64_t i = 0; i < rows; ++i) {
         EXPECT_NEAR(rstd_vec[i], rstd_scalar[i], 1e-6 * rstd_scalar[i]) << what << " row " << i;
       }
@@ -255,14 +251,10 @@ TEST(FusedKernelsEmulated, RmsNormVectorFormMatchesScalarForm) {
       const uint16_t* s = residual ? sum_scalar.data() : x.data();
       RmsNormGradArgs g{dy.data(), s, w.data(), rstd_scalar.data(), residual ? dsum.data() : nullptr,
                         dx_vec.data(), dw_vec.data(), parts, rows, cols};
-      ASSERT_TRUE(k::VecRmsNormBackward(g)) << what;
-      const size_t shared = static_cast<size_t>(cols) * sizeof(float);
-      cuda_emulation::Launch(k::RmsNormBackwardVecKernel, static_cast<unsigned>(parts), 32 * k::kWarpsPerBlock,
-                             shared, g);
+      RunForm(VectorForm(k::RmsNormBackwardForm, g, k::RmsNormBackwardVecKernel), g);
       g.dx = dx_scalar.data();
       g.dw_partial = dw_scalar.data();
-      cuda_emulation::Launch(k::RmsNormBackwardKernel, static_cast<unsigned>(parts), 32 * k::kWarpsPerBlock,
-                             shared, g);
+      RunForm(k::RmsNormBackwardForm(g, false), g);
       ExpectWithinOneUnit(dx_vec.data(), dx_scalar.data(), n, what + " dx");
       for (int64_t c = 0; c < cols; ++c) {
         double sv = 0.0, ss = 0.0, mag = 0.0;
@@ -291,6 +283,7 @@ TEST(FusedKernelsEmulated, RmsNormTakesTheScalarFormWhereVectorsDoNotFit) {
   EXPECT_TRUE(k::VecRmsNormBackward(g));
   g.dsum = b.data() + 1;
   EXPECT_FALSE(k::VecRmsNormBackward(g));
+  EXPECT_EQ(k::RmsNormBackwardForm(g, true).kernel.fn, k::RmsNormBackwardKernel);
 }
 
 }  // namespace
