@@ -199,12 +199,18 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              --grad_accum=4 --sweep=gpu_memory_budget_bytes:24e9,48e9,96e9,0 ;;
     # Issue 24 on one GPU host: the 3.09B shape at 4 x 4096 as one host, then as two
     # processes sharing the GPU (Gloo between them over loopback), the same job batch.
-    hosts2) TAILN=10 step hosts2 300 bash -c '
+    # Two hosts land gradients in bf16 (auto) since 2026-12-04 late: 2 + 12/H bytes a
+    # parameter; HOSTS2_LANDINGS="auto fp32" compares with the fp32 landing of before.
+    hosts2) TAILN=$((10 * $(echo ${HOSTS2_LANDINGS:-auto fp32} | wc -w))) step hosts2 ${HOSTS2_CAP:-420} bash -c '
            '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=4 --resident_units=0 | grep -E "mean of|step 3"
-           '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units=0 --nnodes=2 --node_rank=1 \
-             --master_port=29611 > /tmp/hosts2_r1.log 2>&1 &
-           '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units=0 --nnodes=2 --node_rank=0 \
-             --master_port=29611 | grep -E "mean of|step 3"; wait; grep -E "mean of|step 3" /tmp/hosts2_r1.log' ;;
+           for landing in '"${HOSTS2_LANDINGS:-auto fp32}"'; do
+             echo "== two hosts, grad_landing $landing"
+             '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units=0 --grad_landing=$landing \
+               --nnodes=2 --node_rank=1 --master_port=29611 > /tmp/hosts2_r1.log 2>&1 &
+             '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units=0 --grad_landing=$landing \
+               --nnodes=2 --node_rank=0 --master_port=29611 | grep -E "mean of|step 3"; wait
+             grep -E "mean of|step 3" /tmp/hosts2_r1.log
+           done' ;;
     b16plain) TAILN=6 step b16plain 150 bash -c '
            '"$SB"' --steps=3 --micro_batch_size=4 --grad_accum=4 | grep -E "mean of|blocks kept"
            python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 2>&1 | grep RESULT' ;;
