@@ -4,6 +4,8 @@
 // USE_C10D_GLOO where LibTorch's Gloo header builds (runtime/CMakeLists.txt).
 #include "runtime/engine/host_group.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/communicator.h"
 #include "runtime/state/host_shards.h"
@@ -44,6 +46,9 @@ absl::Status Failed(const std::string& what, const std::exception& e) {
   }
   return absl::UnavailableError(absl::StrCat("hosts: ", what, ": ", first));
 }
+
+// Elements of the fp32 accumulator that sums bf16 slices, a piece at a time.
+constexpr int64_t kSumPiece = int64_t{1} << 20;
 
 // Exchanges of at least this many bytes a stripe are cut across the connections.
 constexpr int64_t kMinStripeBytes = int64_t{1} << 20;
@@ -112,12 +117,18 @@ class GlooHostGroup final : public HostGroup {
       const at::Tensor own = send.narrow(0, b, m);
       if (m > 0 && in.scalar_type() != at::kFloat) {
         // bf16 (a gradient landed in the streamed copy): the same order in an fp32
-        // accumulator kept between calls, rounded once into `out`.
-        if (!sum32_.defined() || sum32_.numel() < m) sum32_ = at::empty({m}, in.options().dtype(at::kFloat));
-        at::Tensor acc = sum32_.narrow(0, 0, m);
-        acc.copy_(me == 0 ? own : from(0));
-        for (int h = 1; h < H; ++h) acc.add_(h == me ? own : from(h));
-        out.narrow(0, 0, m).copy_(acc);
+        // accumulator of a piece at a time (kept between calls, 4 MiB), rounded once
+        // into `out`.
+        const int64_t piece = std::min<int64_t>(m, kSumPiece);
+        if (!sum32_.defined() || sum32_.numel() < piece) sum32_ = at::empty({piece}, in.options().dtype(at::kFloat));
+        for (int64_t pb = 0; pb < m; pb += piece) {
+          const int64_t len = std::min(piece, m - pb);
+          auto term = [&](int h) { return (h == me ? own : from(h)).narrow(0, pb, len); };
+          at::Tensor acc = sum32_.narrow(0, 0, len);
+          acc.copy_(term(0));
+          for (int h = 1; h < H; ++h) acc.add_(term(h));
+          out.narrow(0, pb, len).copy_(acc);
+        }
       } else if (m > 0) {
         at::Tensor acc = out.narrow(0, 0, m);
         if (me == 0) {

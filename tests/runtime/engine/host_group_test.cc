@@ -119,7 +119,8 @@ TEST(HostGroup, ReduceScatterSumsInHostOrderInPlaceAndStripesLargeExchanges) {
     // bf16 (a gradient landed in the streamed copy) sums in fp32 and rounds once:
     // 256, 1, -256, 1 give 2 (bf16 partial sums would give 1: 257 rounds to 256).
     const float b16_term[H] = {256.0f, 1.0f, -256.0f, 1.0f};
-    for (const int64_t n : {int64_t{9}, (int64_t{3} << 20) + 5}) {
+    // 5M + 5 elements: 1.3M a slice, summed in two pieces of the fp32 accumulator.
+    for (const int64_t n : {int64_t{9}, (int64_t{5} << 20) + 5}) {
       at::Tensor in = at::full({n}, b16_term[g.rank()]).to(at::kBFloat16);
       const auto [b, e] = HostShardOf(n, H, g.rank());
       ASSERT_TRUE(g.ReduceScatter(in, in.narrow(0, b, e - b)).ok());
