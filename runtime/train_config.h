@@ -16,15 +16,15 @@
 namespace slidedp {
 
 struct DataConfig {
-  // "synthetic": the built-in corpus with learnable structure (no path).
-  // "tokens":    flat binary token file (`path`, `token_dtype` uint16 or uint32).
-  // "jsonl":     JSON lines, each an array of token ids or {"tokens": [...]}.
+  // synthetic: the built-in corpus with learnable structure (no path).
+  // tokens:    flat binary token file (`path`, `token_dtype` uint16 or uint32).
+  // jsonl:     JSON lines, each an array of token ids or {"tokens": [...]}.
   // Text, tokenized with `tokenizer` (runtime/data/document_encoder.h):
-  // "text":      JSON lines {"text": ...}, loss on every token.
-  // "prompt_completion": {"prompt": ..., "completion": ...}, loss on the completion.
-  // "chat":      {"messages": [{"role": ..., "content": ...}]} in the model family's chat
-  //              format, loss on the assistant messages.
-  std::string format = "synthetic";
+  // text:      JSON lines {"text": ...}, loss on every token.
+  // prompt_completion: {"prompt": ..., "completion": ...}, loss on the completion.
+  // chat:      {"messages": [{"role": ..., "content": ...}]} in the model family's chat
+  //            format, loss on the assistant messages.
+  DataFormat format = DataFormat::kSynthetic;
   std::string path;
   TokenDtype token_dtype = TokenDtype::kUint16;
   bool shuffle = true;

@@ -37,6 +37,9 @@ enum class TokenDtype { kUint16, kUint32 };
 // The learning rate after warmup (optimizer.schedule, runtime/state/lr_schedule.h).
 enum class LrScheduleKind { kConstant, kLinear, kCosine };
 
+// data.format (DataConfig): where the training tokens come from.
+enum class DataFormat { kSynthetic, kTokens, kJsonl, kText, kPromptCompletion, kChat };
+
 template <typename E>
 struct EnumName {
   E value;
@@ -62,6 +65,10 @@ inline constexpr EnumName<GradLanding> kGradLandingNames[] = {
     {GradLanding::kAuto, "auto"}, {GradLanding::kFp32, "fp32"}, {GradLanding::kBf16, "bf16"}};
 inline constexpr EnumName<TokenDtype> kTokenDtypeNames[] = {{TokenDtype::kUint16, "uint16"},
                                                             {TokenDtype::kUint32, "uint32"}};
+inline constexpr EnumName<DataFormat> kDataFormatNames[] = {
+    {DataFormat::kSynthetic, "synthetic"}, {DataFormat::kTokens, "tokens"},
+    {DataFormat::kJsonl, "jsonl"},         {DataFormat::kText, "text"},
+    {DataFormat::kPromptCompletion, "prompt_completion"}, {DataFormat::kChat, "chat"}};
 inline constexpr EnumName<LrScheduleKind> kLrScheduleKindNames[] = {
     {LrScheduleKind::kConstant, "constant"}, {LrScheduleKind::kLinear, "linear"}, {LrScheduleKind::kCosine, "cosine"}};
 
@@ -73,6 +80,7 @@ constexpr const auto& NamesOf(ActivationPlacement) { return kActivationPlacement
 constexpr const auto& NamesOf(GradLanding) { return kGradLandingNames; }
 constexpr const auto& NamesOf(MomentDtype) { return kMomentDtypeNames; }
 constexpr const auto& NamesOf(TokenDtype) { return kTokenDtypeNames; }
+constexpr const auto& NamesOf(DataFormat) { return kDataFormatNames; }
 constexpr const auto& NamesOf(LrScheduleKind) { return kLrScheduleKindNames; }
 
 // The name of `value`; "" for a value outside the table (a cast).
@@ -102,6 +110,11 @@ std::string EnumNameList() {
     out += e.name;
   }
   return out;
+}
+
+// The formats of text (JSON lines tokenized with data.tokenizer, runtime/data/text_records.h).
+constexpr bool IsTextData(DataFormat f) {
+  return f == DataFormat::kText || f == DataFormat::kPromptCompletion || f == DataFormat::kChat;
 }
 
 // Whether `route` with `world` workers gives each device the reduced gradient (or its

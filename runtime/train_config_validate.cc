@@ -51,12 +51,6 @@ Check Bounded(const char* field, int64_t value, int64_t lo, int64_t hi) {
   return Problem{field, absl::StrCat("must be <= ", hi, " (the limit), got ", value)};
 }
 
-Check OneOf(const char* field, const std::string& value, std::vector<std::string> allowed) {
-  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return std::nullopt;
-  return Problem{
-      field, absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "), "; got '", Echo(value), "'")};
-}
-
 // An enumeration holds a value of its table (only a cast makes another).
 template <typename E>
 Check Known(const char* field, E value) {
@@ -71,31 +65,24 @@ Check Real(const char* field, double value, bool ok, const char* rule) {
   return Problem{field, absl::StrCat("must be ", rule, ", got ", value)};
 }
 
-bool IsText(const std::string& format) {
-  return format == "text" || format == "prompt_completion" || format == "chat";
-}
-
 // A field that only `formats` use must be empty (or false) with any other format.
-Check OnlyFor(const char* field, bool set, const std::string& format, bool applies,
-              const char* formats) {
+Check OnlyFor(const char* field, bool set, DataFormat format, bool applies, const char* formats) {
   if (!set || applies) return std::nullopt;
   return Problem{field, absl::StrCat("is only used with data.format ", formats,
-                                     "; leave it unset for '", format, "'")};
+                                     "; leave it unset for '", NameOf(format), "'")};
 }
 
 Check CheckData(const DataConfig& d) {
-  if (Check c = OneOf("data.format", d.format,
-                      {"synthetic", "tokens", "jsonl", "text", "prompt_completion", "chat"})) {
-    return c;
-  }
-  if (d.format == "synthetic" && !d.path.empty()) {
+  if (Check c = Known("data.format", d.format)) return c;
+  const bool synthetic = d.format == DataFormat::kSynthetic;
+  if (synthetic && !d.path.empty()) {
     return Problem{"data.path",
                    "must be empty when data.format is 'synthetic', got '" + d.path + "'"};
   }
-  if (d.format != "synthetic" && d.path.empty()) {
-    return Problem{"data.path", "must be set when data.format is '" + d.format + "'"};
+  if (!synthetic && d.path.empty()) {
+    return Problem{"data.path", absl::StrCat("must be set when data.format is '", NameOf(d.format), "'")};
   }
-  const bool text = IsText(d.format);
+  const bool text = IsTextData(d.format);
   const char* text_formats = "text, prompt_completion or chat";
   if (Check c = OnlyFor("data.tokenizer", !d.tokenizer.empty(), d.format, text, text_formats))
     return c;
@@ -104,10 +91,10 @@ Check CheckData(const DataConfig& d) {
   if (Check c = OnlyFor("data.skip_bad_lines", d.skip_bad_lines, d.format, text, text_formats))
     return c;
   if (Check c = OnlyFor("data.document_mask", d.document_mask, d.format,
-                        text || d.format == "jsonl", "jsonl, text, prompt_completion or chat")) {
+                        text || d.format == DataFormat::kJsonl, "jsonl, text, prompt_completion or chat")) {
     return c;
   }
-  if (Check c = OnlyFor("data.eval_path", !d.eval_path.empty(), d.format, d.format != "synthetic",
+  if (Check c = OnlyFor("data.eval_path", !d.eval_path.empty(), d.format, !synthetic,
                         "tokens, jsonl, text, prompt_completion or chat")) {
     return c;
   }

@@ -104,7 +104,7 @@ absl::Status CheckTokenizer(const PathPolicy& paths, std::string* tokenizer) {
 }
 
 absl::Status CheckDataPaths(const PathPolicy& paths, DataConfig* data) {
-  if (data->format == "synthetic") return absl::OkStatus();  // ValidateTrainConfig says why
+  if (data->format == DataFormat::kSynthetic) return absl::OkStatus();  // ValidateTrainConfig says why
   absl::StatusOr<std::string> path =
       paths.Check("data.path", data->path, PathKind::kData, /*must_exist=*/true);
   if (!path.ok()) return path.status();

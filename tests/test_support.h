@@ -56,7 +56,7 @@ inline ModelConfig TinyLlamaConfig() {
 inline TrainConfig TinyTrainConfig(int64_t steps) {
   TrainConfig c;
   c.model = "tiny";
-  c.data.format = "synthetic";
+  c.data.format = DataFormat::kSynthetic;
   c.seq_len = 32;
   c.micro_batch_size = 2;
   c.grad_accum = 1;

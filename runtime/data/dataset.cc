@@ -18,23 +18,22 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenSource(const DataConfig& data,
                                                         const std::string& path,
                                                         const DataModel& model, uint64_t seed,
                                                         const StopToken* stop) {
-  if (data.format == "synthetic") {
+  if (data.format == DataFormat::kSynthetic) {
     return std::unique_ptr<TokenSource>(new SyntheticCorpus(seed, model.vocab_size));
+  }
+  if (*NameOf(data.format) == '\0') {
+    return absl::InvalidArgumentError(absl::StrFormat("data.format %d is not one of %s",
+                                                      static_cast<int>(data.format), EnumNameList<DataFormat>()));
   }
   if (path.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("data.path is required for data.format \"%s\"", Echo(data.format)));
+        absl::StrFormat("data.path is required for data.format \"%s\"", NameOf(data.format)));
   }
-  if (data.format == "tokens") return OpenTokenFile(path, data.token_dtype, model.vocab_size);
-  if (data.format == "jsonl") return LoadJsonlTokens(path, model.vocab_size, stop);
-  if (IsTextFormat(data.format)) {
-    CorpusOptions options;
-    options.stop = stop;
-    return OpenTextSource(data, path, model, options);
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "data.format \"%s\" is not synthetic, tokens, jsonl, text, prompt_completion or chat",
-      Echo(data.format)));
+  if (data.format == DataFormat::kTokens) return OpenTokenFile(path, data.token_dtype, model.vocab_size);
+  if (data.format == DataFormat::kJsonl) return LoadJsonlTokens(path, model.vocab_size, stop);
+  CorpusOptions options;  // the text formats
+  options.stop = stop;
+  return OpenTextSource(data, path, model, options);
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> Open(const DataConfig& data, const std::string& path,

@@ -151,7 +151,7 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenTextSource(const DataConfig& da
                                                             const std::string& path,
                                                             const DataModel& model,
                                                             const CorpusOptions& options) {
-  absl::StatusOr<TextFormat> format = ParseTextFormat(data.format);
+  absl::StatusOr<TextFormat> format = TextFormatOf(data.format);
   if (!format.ok()) return absl::InvalidArgumentError(absl::StrCat("data.format: ", format.status().message()));
   absl::StatusOr<std::string> tokenizer_path = ResolveTokenizerPath(data.tokenizer, model.directory);
   if (!tokenizer_path.ok()) return tokenizer_path.status();
@@ -167,7 +167,7 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenTextSource(const DataConfig& da
         path, *tokenizer_path, opened->max_id, model.vocab_size));
   }
   std::string description = absl::StrFormat(
-      "%s %s (%s tokens in %d documents%s; tokenizer %s, %s; %s)", data.format, path,
+      "%s %s (%s tokens in %d documents%s; tokenizer %s, %s; %s)", NameOf(data.format), path,
       FormatTokenCount(opened->tokens), opened->documents,
       opened->bad_lines > 0 ? absl::StrFormat(", %d bad lines skipped", opened->bad_lines) : "",
       *tokenizer_path, FamilyName(model.family), opened->where);

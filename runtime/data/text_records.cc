@@ -79,22 +79,23 @@ absl::Status ParseFields(const json& doc, TextFormat format, TextRecord* record)
 
 }  // namespace
 
-absl::StatusOr<TextFormat> ParseTextFormat(absl::string_view name) {
-  if (name == "text") return TextFormat::kText;
-  if (name == "prompt_completion") return TextFormat::kPromptCompletion;
-  if (name == "chat") return TextFormat::kChat;
-  return Bad(absl::StrCat("\"", Echo(std::string_view(name.data(), name.size())), "\" is not text, prompt_completion or chat"));
+absl::StatusOr<TextFormat> TextFormatOf(DataFormat format) {
+  switch (format) {
+    case DataFormat::kText: return TextFormat::kText;
+    case DataFormat::kPromptCompletion: return TextFormat::kPromptCompletion;
+    case DataFormat::kChat: return TextFormat::kChat;
+    default: break;
+  }
+  return Bad(absl::StrCat("\"", NameOf(format), "\" is not text, prompt_completion or chat"));
 }
-
-bool IsTextFormat(absl::string_view name) { return ParseTextFormat(name).ok(); }
 
 absl::string_view TextFormatName(TextFormat format) {
   switch (format) {
-    case TextFormat::kText: return "text";
-    case TextFormat::kPromptCompletion: return "prompt_completion";
+    case TextFormat::kText: return NameOf(DataFormat::kText);
+    case TextFormat::kPromptCompletion: return NameOf(DataFormat::kPromptCompletion);
     case TextFormat::kChat: break;
   }
-  return "chat";
+  return NameOf(DataFormat::kChat);
 }
 
 absl::string_view ChatRoleName(ChatRole role) {

@@ -12,14 +12,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "runtime/train_config_enums.h"
 
 namespace slidedp {
 
 enum class TextFormat { kText, kPromptCompletion, kChat };
 
-// "text", "prompt_completion", "chat"; InvalidArgument for anything else.
-absl::StatusOr<TextFormat> ParseTextFormat(absl::string_view name);
-bool IsTextFormat(absl::string_view name);
+// The text format of data.format text, prompt_completion or chat; InvalidArgument for
+// the others. Its name is the data.format's.
+absl::StatusOr<TextFormat> TextFormatOf(DataFormat format);
 absl::string_view TextFormatName(TextFormat format);
 
 enum class ChatRole { kSystem, kUser, kAssistant };

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       train << R"({"text": "Ben had a blue kite. The wind was strong and the kite flew up high. Ben )"
             << R"(laughed and ran after it. His dog Max ran too. They were very happy."})" << "\n";
     }
-    c.data.format = "text";
+    c.data.format = DataFormat::kText;
     c.data.path = out + "/train.jsonl";
     c.data.cache_dir = out + "/cache";
   }

@@ -119,7 +119,7 @@ TEST(TrainConfigTest, ParsesFullYaml) {
   absl::StatusOr<TrainConfig> c = ParseTrainConfig(kFullYaml, "full.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model, "qwen2.5-0.5b");
-  EXPECT_EQ(c->data.format, "tokens");
+  EXPECT_EQ(c->data.format, DataFormat::kTokens);
   EXPECT_EQ(c->data.path, "/data/corpus.bin");
   EXPECT_EQ(c->data.token_dtype, TokenDtype::kUint32);
   EXPECT_FALSE(c->data.shuffle);
@@ -211,7 +211,7 @@ eval_batches: 3
 TEST(TrainConfigTest, ParsesTextDataFieldsAndRoundTripsThem) {
   absl::StatusOr<TrainConfig> c = ParseTrainConfig(kChatYaml, "chat.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->data.format, "chat");
+  EXPECT_EQ(c->data.format, DataFormat::kChat);
   EXPECT_EQ(c->data.tokenizer, "/models/qwen3/tokenizer.json");
   EXPECT_EQ(c->data.cache_dir, "/cache");
   EXPECT_TRUE(c->data.skip_bad_lines);
@@ -262,7 +262,7 @@ TEST(TrainConfigTest, LoadsJsonFile) {
   absl::StatusOr<TrainConfig> c = LoadTrainConfig(path);
   std::remove(path.c_str());
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->data.format, "jsonl");
+  EXPECT_EQ(c->data.format, DataFormat::kJsonl);
   EXPECT_EQ(c->data.path, "/d/train.jsonl");
   EXPECT_EQ(c->steps, 20);
   EXPECT_EQ(c->workers, 2);
@@ -472,7 +472,7 @@ TEST(TrainConfigErrorTest, ValidateNamesTheField) {
       std::string(ValidateTrainConfig(c).message()),
       "field 'policy.grad_route' must be one of gather_host, reduce_scatter, reduce_one");
   c = TrainConfig{};
-  c.data.format = "tokens";
+  c.data.format = DataFormat::kTokens;
   c.data.path = "/x.bin";
   EXPECT_TRUE(ValidateTrainConfig(c).ok());
 }

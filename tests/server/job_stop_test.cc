@@ -84,7 +84,7 @@ class JobStopTest : public ::testing::Test {
     }
     TrainConfig c;
     c.model = "tiny";
-    c.data.format = "tokens";
+    c.data.format = DataFormat::kTokens;
     c.data.path = path;
     c.data.eval_path = path;
     c.eval_batches = int64_t{1} << 30;

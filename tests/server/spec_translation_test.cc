@@ -62,7 +62,7 @@ TEST(SpecTranslationTest, RoundTripKeepsEveryField) {
   c.checkpoint_interval = 3;
   c.keep_checkpoints = 2;
   c.log_every = 7;
-  c.data.format = "chat";
+  c.data.format = DataFormat::kChat;
   c.data.path = "/data/chat.jsonl";
   c.data.tokenizer = "/models/q/tokenizer.json";
   c.data.cache_dir = "/out/cache";

@@ -71,7 +71,7 @@ std::vector<uint32_t> KnownTokens(int64_t n, uint32_t modulus, uint32_t base = 0
 DataConfig TokensConfig(const std::string& path, TokenDtype dtype = TokenDtype::kUint16,
                         bool shuffle = false) {
   DataConfig c;
-  c.format = "tokens";
+  c.format = DataFormat::kTokens;
   c.path = path;
   c.token_dtype = dtype;
   c.shuffle = shuffle;
@@ -265,7 +265,7 @@ TEST(JsonlTest, ArraysAndObjectsConcatenated) {
   const std::string path = WriteFile(
       "docs.jsonl", "[1, 2, 3]\n\n{\"tokens\": [4, 5], \"text\": \"ignored\"}\r\n   \n[6,7,8,9]");
   DataConfig c;
-  c.format = "jsonl";
+  c.format = DataFormat::kJsonl;
   c.path = path;
   c.shuffle = false;
   auto d = MustOpen(c, 4, 10);
@@ -278,7 +278,7 @@ TEST(JsonlTest, ArraysAndObjectsConcatenated) {
 TEST(JsonlTest, MalformedLineNamesLineNumber) {
   const std::string path = WriteFile("bad.jsonl", "[1, 2]\n\n[3, 4,\n[5]\n");
   DataConfig c;
-  c.format = "jsonl";
+  c.format = DataFormat::kJsonl;
   c.path = path;
   auto d = OpenDataset(c, 2, 10, 1);
   ASSERT_FALSE(d.ok());
@@ -306,7 +306,7 @@ TEST(JsonlTest, WrongShapesNameLineAndElement) {
 
 TEST(JsonlTest, EmptyOrTooShortIsError) {
   DataConfig c;
-  c.format = "jsonl";
+  c.format = DataFormat::kJsonl;
   c.path = WriteFile("blank.jsonl", "\n  \n[]\n");
   auto empty = OpenDataset(c, 2, 10, 1);
   ASSERT_FALSE(empty.ok());
@@ -500,13 +500,13 @@ TEST(DatasetTest, BadArgumentsAreErrors) {
   EXPECT_FALSE(OpenDataset(synthetic, 0, 100, 1).ok());
   EXPECT_FALSE(OpenDataset(synthetic, 16, 0, 1).ok());
   DataConfig unknown;
-  unknown.format = "parquet";
+  unknown.format = static_cast<DataFormat>(99);  // only a cast makes one
   unknown.path = "/x";
   auto s = OpenDataset(unknown, 16, 100, 1);
   ASSERT_FALSE(s.ok());
-  EXPECT_TRUE(Contains(s.status().message(), "parquet"));
+  EXPECT_TRUE(Contains(s.status().message(), "data.format 99 is not one of synthetic, tokens")) << s.status();
   DataConfig no_path;
-  no_path.format = "tokens";
+  no_path.format = DataFormat::kTokens;
   s = OpenDataset(no_path, 16, 100, 1);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Contains(s.status().message(), "data.path"));

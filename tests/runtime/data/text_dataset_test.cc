@@ -285,7 +285,7 @@ std::string ChatLines(int n) {
 
 DataConfig ChatConfig(const std::string& dir, const std::string& file) {
   DataConfig data;
-  data.format = "chat";
+  data.format = DataFormat::kChat;
   data.path = file;
   data.tokenizer = FixtureDir("qwen2");
   data.cache_dir = dir + "/cache";
@@ -322,7 +322,7 @@ TEST(TextDatasetTest, CacheIsReusedThenRebuiltWhenFileOrTokenizerChange) {
   const std::string file = WriteFile(dir + "/docs.jsonl", R"({"text": "one two three"})"
                                                           "\n" R"({"text": "four five"})" "\n");
   DataConfig data;
-  data.format = "text";
+  data.format = DataFormat::kText;
   data.path = file;
   data.tokenizer = FixtureDir("qwen2");
   const int64_t runs = TokenizeCorpusRuns();
@@ -457,7 +457,7 @@ TEST(TextDatasetTest, TokenizerComesFromDataTokenizerOrTheModelDirectory) {
   const std::string dir = TestDir();
   const std::string file = WriteFile(dir + "/t.jsonl", R"({"text": "hello"})" "\n");
   DataConfig data;
-  data.format = "text";
+  data.format = DataFormat::kText;
   data.path = file;
   data.cache_dir = dir + "/cache";
   absl::Status preset = OpenDataset(data, QwenModel(), 1, 1).status();

@@ -48,7 +48,7 @@ at::Tensor Read(const SafetensorsFile& f, const std::string& name) {
 TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   TrainConfig c;
   c.model = kDir + "/model";
-  c.data.format = "tokens";
+  c.data.format = DataFormat::kTokens;
   c.data.path = kDir + "/tokens.bin";
   c.data.token_dtype = TokenDtype::kUint16;
   c.data.shuffle = false;

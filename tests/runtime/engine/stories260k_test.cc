@@ -173,7 +173,7 @@ TEST(Stories260k, FineTuneOnTextWithItsTokenizerLowersTheEvalLoss) {
   }
   TrainConfig c;
   c.model = kModelDir;  // its tokenizer.json is the data's tokenizer
-  c.data.format = "text";
+  c.data.format = DataFormat::kText;
   c.data.path = dir + "/train.jsonl";
   c.data.cache_dir = dir + "/cache";
   c.data.eval_path = dir + "/eval.jsonl";

@@ -124,7 +124,7 @@ TEST(TrainerEval, JobFieldsOpenTextDataWithDocumentMaskAndEvalData) {
   write("eval.jsonl", 10);
   TrainConfig c;
   c.model = "small";  // vocabulary 2048 > the fixture tokenizer's 1564 ids
-  c.data.format = "chat";
+  c.data.format = DataFormat::kChat;
   c.data.path = dir + "/train.jsonl";
   c.data.tokenizer = std::string(SLIDEDP_SOURCE_DIR) + "/tests/reference/fixtures/tokenizer/qwen2";
   c.data.cache_dir = dir + "/cache";

@@ -79,7 +79,7 @@ TEST(TrainerLearning, CompactMomentsLearnTextAsWellAsFp32) {
   std::map<std::string, double> final_loss;
   for (const char* dtype : {"fp32", "bf16", "int8"}) {
     TrainConfig c = Demo();
-    c.data.format = "tokens";
+    c.data.format = DataFormat::kTokens;
     c.data.path = path;
     c.workers = 1;
     c.seq_len = 64;

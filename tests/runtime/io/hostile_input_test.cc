@@ -116,7 +116,8 @@ TEST(HostileInputTest, LongBadDataLinesAreEchoedShort) {
   ExpectRefused(ParseTextRecord("{\"messages\": [{\"role\": \"" + big + "\", \"content\": \"x\"}]}",
                                 TextFormat::kChat).status(), {"role"});
   ExpectRefused(ParseTextRecord("{\"text\": \"" + big, TextFormat::kText).status(), {"not valid JSON"});
-  ExpectRefused(ParseTextFormat(big).status(), {"is not text"});
+  // A data.format of 100 KB (the config's enum: named, echoed short).
+  ExpectRefused(ParseTrainConfig("data:\n  format: " + big + "\n", "job.yaml").status(), {"data.format"});
   // A cursor from a checkpoint of 100 KB.
   ExpectRefused(ParseDataCursor("{\"cursor\": \"" + big + "\"}").status(), {"data cursor"});
 }

@@ -79,7 +79,7 @@ std::string TokenFile(const std::string& dir, int n) {
 TrainConfig TinyOnTokens(const std::string& dir) {
   TrainConfig c;
   c.model = "tiny";
-  c.data.format = "tokens";
+  c.data.format = DataFormat::kTokens;
   c.data.path = TokenFile(dir, 20000);
   c.data.eval_path = c.data.path;
   c.seq_len = 32;
@@ -215,7 +215,7 @@ TEST(Stop, TokenizationInCreateStopsPromptly) {
   }
   TrainConfig c;
   c.model = "small";  // vocabulary 2048 > the fixture tokenizer's 1564 ids
-  c.data.format = "text";
+  c.data.format = DataFormat::kText;
   c.data.path = dir + "/train.jsonl";
   c.data.tokenizer = kTokenizer;
   c.seq_len = 32;
