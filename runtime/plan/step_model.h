@@ -17,7 +17,8 @@
 // streamed copy (on the network, in update order; the next forward's fetch waits for
 // it, the next update does not), the
 // exchanges' own copies and sums in host memory (host_group.cc's) count against host
-// memory, and gradients land in fp32. Three steps are replayed and the last one is
+// memory, and gradients land as on one host (bf16 in the streamed copy where the devices
+// reduce, so the reduce-scatter moves 2 bytes an element). Three steps are replayed and the last one is
 // measured: its duration, each resource's busy time, the critical path (walked back through the
 // dependency that started each operation), the bottleneck (the resource with most time
 // on that path), the GPU's idle time by cause, and the plan's GPU memory.
@@ -49,7 +50,7 @@ inline constexpr const char* kResCpuUpdate = "cpu_update";
 inline constexpr const char* kResGpuUpdate = "gpu_update";
 inline constexpr const char* kResHostMemory = "host_memory";
 // The network between hosts (JobShape::hosts > 1): the reduce-scatter of each landed
-// unit's fp32 gradient and the all-gather of each updated unit's streamed copy.
+// unit's gradient (fp32 or bf16, as it landed) and the all-gather of each updated unit's streamed copy.
 inline constexpr const char* kResNetwork = "network";
 // The number of units resident on a GPU for `knobs` (the first ones, forward order;
 // runtime/plan/residency.h places them): policy.resident_units when >= 0 (at most the
