@@ -123,6 +123,18 @@ TEST(Admission, EstimateCountsTheHostStateAsTheEngineLaysItOut) {
   EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 10);
   g.optimizer.state_dtype = MomentDtype::kInt8;
   EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 8 + 8.0 / 256);
+  // Issue 24: over H hosts each holds 1/H of the master, m and v and the whole bf16
+  // copy, the gradient landing in it: 2 + 12/H (int8 moments: 2 + (6 + 8/256)/H); with
+  // gather_host over several workers the fp32 landing buffer adds 4.
+  g.optimizer.state_dtype = MomentDtype::kFp32;
+  g.hosts.count = 4;
+  g.hosts.address = "10.0.0.1";
+  EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 2 + 12.0 / 4);
+  g.optimizer.state_dtype = MomentDtype::kInt8;
+  EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 2 + (6 + 8.0 / 256) / 4);
+  g.optimizer.state_dtype = MomentDtype::kFp32;
+  g.workers = 2;
+  EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 2 + 4 + 12.0 / 4);
 }
 
 TEST(Admission, EstimateGrowsWithTheSequenceAndNeverOverflows) {
