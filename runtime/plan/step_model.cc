@@ -122,7 +122,7 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
     // Each unit's reduce-scatter and all-gather on the network (the link thread's and
     // the update thread's, at once), and their bytes in host memory.
     double network_s = 0.0;
-    const int grad_bytes = GradBytes(job, knobs.policy);
+    const int grad_bytes = GradBytes(Bf16Landing(job, knobs.policy));
     for (int u = 0; u < shape.num_units(); ++u) {
       if (residency.resident(u)) continue;
       const int64_t n = shape.unit_params[u];

@@ -92,13 +92,12 @@ void StepReplay::Land(int u, int compute_op) {
 void StepReplay::ReduceOverHosts(int u) {
   const int64_t numel = shape_.unit_params[u];
   const int net = r_.Add(kResNetwork, "reduce-scatter " + Name(u) + " over hosts",
-                         ReduceScatterSeconds(numel, job_, rates_, GradBytes(job_, k_.policy)), {landed_[u]}, host_.t,
+                         ReduceScatterSeconds(numel, job_, rates_, GradBytes(bf16_landing_)), {landed_[u]}, host_.t,
                          host_.cause, kLinkLane);
   linker_ = r_.Add(kExchangeCopy, "sum " + Name(u) + " over hosts",
-                   static_cast<double>(numel) * ReduceScatterCopyBytes(H_, GradBytes(job_, k_.policy)) /
+                   static_cast<double>(numel) * ReduceScatterCopyBytes(H_, GradBytes(bf16_landing_)) /
                        (rates_.host_memory_gbps * 1e9),
-                   {net},
-                   host_.t, host_.cause, kLinkLane);
+                   {net}, host_.t, host_.cause, kLinkLane);
   landed_[u] = linker_;
 }
 

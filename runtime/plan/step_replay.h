@@ -43,8 +43,9 @@ inline int64_t AllGatherBytes(int64_t numel, int hosts, int param_bytes) {
   return param_bytes * ShardOf(numel, hosts) * (hosts - 1);
 }
 
-// Bytes of a landed gradient's element on the host: 2 where it lands in bf16.
-inline int GradBytes(const JobShape& job, const PolicyConfig& policy) { return Bf16Landing(job, policy) ? 2 : 4; }
+// Bytes of a landed gradient's element on the host: 2 where it lands in bf16
+// (Bf16Landing), else 4.
+inline int GradBytes(bool bf16_landing) { return bf16_landing ? 2 : 4; }
 
 // Seconds on the network: the bytes each way at once at cross_host_gbps, and the
 // latency of each collective (the reduce-scatter's sends and its norm's sum; the
