@@ -90,8 +90,9 @@ struct PolicyConfig {
   // (runtime/engine/resident_state.h). The first units of the forward (embedding =
   // unit 0, block i = unit i + 1, the head last), whose CPU update is the one the next
   // forward waits for. -1: auto, as many as the policy finds worth the GPU memory the
-  // plan leaves within the budget (none on the cpu device); 0: none; N: the first N
-  // (all when N >= the units). Needs optimizer.state_dtype fp32.
+  // plan leaves within the budget (none on the cpu device and over several hosts); 0:
+  // none; N: the first N (all when N >= the units; over several hosts a replica on
+  // every host, the same N in each host's spec). Needs optimizer.state_dtype fp32.
   int64_t resident_units = -1;
   int update_threads = 0;                   // CPU AdamW threads, 0: all cores
   // Where gradients land in host memory: "fp32" (a 4-byte buffer per parameter),

@@ -167,9 +167,6 @@ Check CheckHosts(const TrainConfig& c) {
   if (Check p = Real("hosts.timeout_seconds", h.timeout_seconds, timeout_ok, "> 0 and at most 86400")) return p;
   if (h.count == 1) return std::nullopt;
   if (h.address.empty()) return Problem{"hosts.address", "must name host 0 (its address) when hosts.count > 1"};
-  if (c.policy.resident_units > 0) {
-    return Problem{"policy.resident_units", "must be 0 or -1 (auto: none) with hosts.count > 1"};
-  }
   return std::nullopt;
 }
 

@@ -56,7 +56,11 @@ class EngineTrainer final : public Trainer {
   };
   void SetHosts(HostLinks hosts) {
     hosts_ = std::move(hosts);
-    // What was sent before the first step (the rendezvous' measurement) is no step's.
+    ForgetHostBytes();
+  }
+  // Several hosts: what was sent so far (the rendezvous' measurement, placing the
+  // resident units, a restore's gathers) is no step's. Before the first step.
+  void ForgetHostBytes() {
     if (hosts_.trainer != nullptr) host_bytes_before_ = hosts_.trainer->bytes_sent() + hosts_.link->bytes_sent();
   }
 
@@ -125,9 +129,11 @@ class EngineTrainer final : public Trainer {
   void ResolveAutoCounts(const std::vector<at::Device>& devices);
   // The units resident on a GPU for config_'s knobs (none: resident_ stays null);
   // before the workers, which read and land through them (RouteShared::resident).
+  // Several hosts place them once, at the job's start, all hosts together (an empty
+  // ResidentState when none), and keep them through plan changes.
   absl::Status BuildResident(const std::vector<at::Device>& devices);
   // Before the workers are rebuilt: the resident units' state back to the host state,
-  // which then holds every unit (updates drained).
+  // which then holds every unit (updates drained). Several hosts: only the drain.
   void DropResident();
   // Drains the updates and brings the resident units' state to the host state, for
   // checkpoints, export and the digest; the error of a failed update.

@@ -8,13 +8,22 @@
 // order it: after the unit's gradient is complete (SetGradReady), before the next read
 // of its parameters (updated). The host state stays the authority for durability:
 // ToHost before checkpoints, export and the digest, FromHost after a restore.
-// Threads: Create/ToHost/FromHost on the job's thread between steps (updates drained);
-// SetGradReady and updated from worker threads; Update from the pipeline's thread.
+// Over several hosts (issue 24) every host keeps the same resident units whole on its
+// own GPU (replicas): the host state holds only this host's shard of their master, m
+// and v, so FromHost gathers the other hosts' shards; each step the owner's gradient is
+// summed over the hosts (GradToHost, the update pipeline's link, GradFromHost) and every
+// host applies the same AdamW, so the replicas stay bit-identical without gathering
+// weights.
+// Threads: Create/ToHost/FromHost on the job's thread between steps (updates drained),
+// on every host together; SetGradReady and updated from worker threads; Update from the
+// pipeline's thread; GradToHost/GradFromHost from the pipeline's link thread.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,13 +35,19 @@
 
 namespace slidedp {
 
+class HostGroup;
+
 class ResidentState {
  public:
   // Allocates the resident units of `placement` on `devices[owner]` (one device per
   // rank) and copies their state from `state`, which must hold fp32 moments.
-  // RESOURCE_EXHAUSTED when a GPU cannot hold them.
+  // RESOURCE_EXHAUSTED when a GPU cannot hold them. `hosts` (the trainer's group; null:
+  // one host): every host must place the same units (FAILED_PRECONDITION otherwise, and
+  // when any host's GPU cannot hold them), and their state is gathered from every
+  // host's shard.
   static absl::StatusOr<std::unique_ptr<ResidentState>> Create(HostState* state, const Residency& placement,
-                                                               const std::vector<at::Device>& devices);
+                                                               const std::vector<at::Device>& devices,
+                                                               HostGroup* hosts = nullptr);
   ~ResidentState();
 
   const Residency& placement() const { return placement_; }
@@ -53,24 +68,38 @@ class ResidentState {
   // device runs it here with `threads` threads, a GPU on its update stream.
   void Update(int u, const AdamWHyper& h, const std::vector<float>& decay, int threads);
 
-  // The host state's master, m and v of every resident unit := the device's (and its
-  // streamed copy refreshed from the master); waits for their updates.
+  // Several hosts, the update pipeline's link: the owner's gradient of `u`, complete
+  // (waits for SetGradReady's event), in a host fp32 buffer of the unit's size (on the
+  // CPU device grad(u) itself), to be summed over the hosts in place; GradFromHost then
+  // makes the sum the gradient that Update reads. One unit at a time.
+  at::Tensor GradToHost(int u);
+  void GradFromHost(int u, const at::Tensor& host);
+
+  // The host state's master, m and v of every resident unit (this host's shard) := the
+  // device's, and its streamed copy := the device's; waits for their updates.
   void ToHost();
-  // The device's state of every resident unit := the host state's.
-  void FromHost();
+  // The device's state of every resident unit := the host state's (several hosts: every
+  // host's shard, gathered; all hosts call it together).
+  absl::Status FromHost();
 
  private:
   struct Unit {
     at::Tensor master, m, v, grad, params;
     Event grad_ready, updated;
   };
-  ResidentState(HostState* state, const Residency& placement) : state_(state), placement_(placement) {}
-  // ToHost (`to_host`) or FromHost: master, m and v of every resident unit, then the
-  // receiving side's compute copy from its master.
-  void Copy(bool to_host);
+  ResidentState(HostState* state, const Residency& placement, HostGroup* hosts)
+      : state_(state), placement_(placement), hosts_(hosts) {}
+  // Allocates the units' buffers (and, over several hosts on a GPU, the gradient's host
+  // buffer).
+  absl::Status Allocate(const std::vector<at::Device>& devices);
+  // Unit u's master, m and v: this host's shard in the host state (all of the unit on
+  // one host) beside the device's whole buffer.
+  std::array<std::pair<at::Tensor, at::Tensor>, 3> ShardPairs(int u);
 
   HostState* const state_;
   const Residency placement_;
+  HostGroup* const hosts_;   // null: one host
+  at::Tensor host_grad_;     // several hosts on a GPU: GradToHost's buffer (pinned)
   std::vector<Unit> units_;
   std::vector<std::unique_ptr<DeviceStreams>> streams_;  // per rank; its compute stream runs the updates
   absl::Mutex mu_;  // the events of units_

@@ -66,6 +66,7 @@ absl::Status EngineTrainer::Init() {
   absl::Status built = BuildWorkers();
   // With policy.auto a plan whose buffers do not fit shrinks before the first step.
   if (absl::IsResourceExhausted(built) && requested_.policy.auto_plan) built = ShrinkUntilBuilt(built, 0);
+  ForgetHostBytes();
   return built;
 }
 

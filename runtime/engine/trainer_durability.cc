@@ -177,7 +177,11 @@ absl::Status EngineTrainer::RestoreFile(const std::string& path, bool* corrupt) 
     return absl::Status(s.code(), absl::StrCat("resume_from: ", path, ": data cursor: ", s.message()));
   }
   state_->RefreshAllParams();
-  if (resident_ != nullptr) resident_->FromHost();
+  // Several hosts bring their resident units back in Restore, once every host has
+  // restored (FromHost gathers from all).
+  if (resident_ != nullptr && hosts_.trainer == nullptr) {
+    if (absl::Status s = resident_->FromHost(); !s.ok()) return s;
+  }
   pipeline_->RestoreProgress(meta->step, meta->adam_steps);
   step_ = meta->step;
   tokens_seen_ = meta->tokens_seen;

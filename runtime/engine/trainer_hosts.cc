@@ -140,7 +140,13 @@ absl::Status EngineTrainer::Restore(const std::string& job_from) {
         "resume_from: host ", hosts_.trainer->rank(), " found step ", step_,
         " but not every host has a checkpoint of that step (or one failed to restore)"));
   }
-  return GatherParams();
+  if (absl::Status s = GatherParams(); !s.ok()) return s;
+  // The resident units' replicas from every host's restored shard.
+  if (resident_ != nullptr) {
+    if (absl::Status s = resident_->FromHost(); !s.ok()) return s;
+  }
+  ForgetHostBytes();
+  return absl::OkStatus();
 }
 
 }  // namespace trainer_internal

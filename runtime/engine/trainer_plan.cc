@@ -43,13 +43,21 @@ void EngineTrainer::ResolveAutoCounts(const std::vector<at::Device>& devices) {
 }
 
 absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices) {
+  if (resident_ != nullptr) {
+    // Several hosts keep the units placed at the job's start through plan changes (a
+    // change on one host must not start exchanges the others do not join).
+    shared_->resident = resident_.get();
+    return absl::OkStatus();
+  }
   std::vector<int64_t> unit_params;
   for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
   const int64_t n = std::max<int64_t>(config_.policy.resident_units, 0);
   const int compute_bytes = static_cast<int>(at::elementSize(state_->compute_dtype()));
   const Residency placement = PlaceResident(unit_params, n, config_.workers, compute_bytes);
-  if (placement.units == 0) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<ResidentState>> r = ResidentState::Create(state_.get(), placement, devices);
+  // Several hosts agree on the count in Create, even when it is none.
+  if (placement.units == 0 && hosts_.trainer == nullptr) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<ResidentState>> r =
+      ResidentState::Create(state_.get(), placement, devices, hosts_.trainer.get());
   if (!r.ok()) return r.status();
   resident_ = std::move(*r);
   shared_->resident = resident_.get();
@@ -59,7 +67,7 @@ absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices
 
 void EngineTrainer::DropResident() {
   pipeline_->Drain();
-  if (resident_ == nullptr) return;
+  if (resident_ == nullptr || hosts_.trainer != nullptr) return;
   resident_->ToHost();
   pipeline_->set_resident(nullptr);
   if (shared_ != nullptr) shared_->resident = nullptr;

@@ -69,12 +69,20 @@ void UpdatePipeline::GradLanded(int u, int64_t step, double sumsq) {
 }
 
 absl::Status UpdatePipeline::ReduceOverHosts(int u, int64_t step) {
-  // The fp32 gradient, or the bf16 one landed in the streamed copy (then the copy's
-  // other slices hold gradients until the update's all-gather brings their weights).
-  const bool fp32 = state_->fp32_grad();
-  at::Tensor grad = fp32 ? state_->unit(u).grad : state_->unit(u).params;
+  // A resident unit: the owner GPU's fp32 gradient, summed whole on every host (each
+  // host's replica then takes the same update). A streamed one: the fp32 gradient, or
+  // the bf16 one landed in the streamed copy (then the copy's other slices hold
+  // gradients until the update's all-gather brings their weights), reduced to this
+  // host's shard.
+  const bool resident = resident_ != nullptr && resident_->resident(u);
+  const bool fp32 = resident || state_->fp32_grad();
+  at::Tensor grad = resident ? resident_->GradToHost(u) : fp32 ? state_->unit(u).grad : state_->unit(u).params;
   const int64_t sb = state_->shard_begin(u), se = state_->shard_end(u);
   absl::Status s = link_->ReduceScatter(grad, grad.narrow(0, sb, se - sb));
+  if (resident && s.ok()) {
+    s = link_->AllGather(grad);
+    if (s.ok()) resident_->GradFromHost(u, grad);
+  }
   const int threads = config_.policy.update_threads;
   std::vector<double> sumsq{
       se <= sb ? 0.0
@@ -256,8 +264,9 @@ void UpdatePipeline::Loop() {
                   t0, t0 + busy);
     }
     // A skipped update changed no weights, but a gradient landed in bf16 took the
-    // copy's place on every host: then the weights are gathered back all the same.
-    const bool gather = failed.ok() && (!t.skip || !state_->fp32_grad()) && gather_ != nullptr;
+    // copy's place on every host: then the weights are gathered back all the same. A
+    // resident unit's replicas took the same update on every host: nothing to gather.
+    const bool gather = failed.ok() && !on_gpu && (!t.skip || !state_->fp32_grad()) && gather_ != nullptr;
     {
       absl::MutexLock lock(&mu_);
       busy_seconds_ += busy;

@@ -89,10 +89,11 @@ class UpdatePipeline {
   // (ResidentState::Update) instead of run here. Trainer's thread, after Drain().
   void set_resident(ResidentState* resident) { resident_ = resident; }
   // Several hosts (null: one): `link` reduces each landed unit's gradient over the hosts
-  // into this host's shard and sums the norm (on a thread of its own, in landing
-  // order), before the unit counts as landed; `gather` brings the other hosts' shards of
-  // each updated unit's streamed copy (on the update thread, updates then in landing
-  // order). Each a group of its own (HostGroup::Channel). Before the first step.
+  // into this host's shard (a resident unit's: the whole sum on every host) and sums
+  // the norm (on a thread of its own, in landing order), before the unit counts as
+  // landed; `gather` brings the other hosts' shards of each updated streamed unit's
+  // copy (on the update thread, updates then in landing order). Each a group of its own
+  // (HostGroup::Channel). Before the first step.
   void set_hosts(HostGroup* link, HostGroup* gather);
 
  private:

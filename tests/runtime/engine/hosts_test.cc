@@ -5,7 +5,8 @@
 // rounding; each host holds 1/H of the master, m and v (bytes checked), and with bf16
 // landing nothing else but the streamed copy (2 + 12/H bytes a parameter); a checkpoint
 // and resume over all hosts is bit-exact; kill -9 of one process fails the others
-// within the timeout.
+// within the timeout. Units resident on a GPU are kept whole on every host (their
+// gradient summed over the hosts), equal to one host, and resume bit-exact.
 #include <gtest/gtest.h>
 
 #include "tests/free_port.h"
@@ -109,16 +110,18 @@ int64_t ShardStateBytes(int64_t n, MomentDtype moments) {
   return moments == MomentDtype::kInt8 ? 6 * n + 8 * ((n + 255) / 256) : 12 * n;
 }
 
+// (hosts, workers a host, param route, grad route, clipping, moments, resident units)
 class HostsExactness
-    : public ::testing::TestWithParam<std::tuple<int, int, std::string, std::string, bool, std::string>> {};
+    : public ::testing::TestWithParam<std::tuple<int, int, std::string, std::string, bool, std::string, int>> {};
 
 TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
   if (!HaveGloo()) GTEST_SKIP() << "a build without Gloo";
-  const auto [H, W, param_route, grad_route, clip, moment_name] = GetParam();
+  const auto [H, W, param_route, grad_route, clip, moment_name, resident] = GetParam();
   const MomentDtype moments = *EnumFromName<MomentDtype>(moment_name);
   const ModelConfig c = TinyShape(ModelFamily::kQwen3);
   const std::string dir = ::testing::TempDir() + "/hosts_" + std::to_string(H) + "_" + std::to_string(W) + "_" +
-                          param_route + "_" + grad_route + (clip ? "_clip" : "_noclip") + "_" + moment_name;
+                          param_route + "_" + grad_route + (clip ? "_clip" : "_noclip") + "_" + moment_name + "_res" +
+                          std::to_string(resident);
   std::filesystem::remove_all(dir);
   const Weights init = MakeModelDir(c, dir + "/init", 43);
   // Each host: W workers x 2 micro-batches of 1 sequence; the job: H * W * 2 sequences.
@@ -132,7 +135,11 @@ TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
   host.policy.grad_landing = GradLanding::kFp32;
   host.optimizer.state_dtype = moments;
   if (moments == MomentDtype::kInt8) host.policy.chunk_elems = 512;  // whole blocks
+  // Resident units: kept whole on a worker of every host, their gradient summed over the
+  // hosts and the same update applied to each replica; one host streams every unit.
+  host.policy.resident_units = resident;
   TrainConfig one = host;
+  one.policy.resident_units = 0;
   one.workers = 1;
   one.grad_accum = 2 * H * W;
   one.policy.param_route = ParamRoute::kReplicate;
@@ -147,6 +154,9 @@ TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
       noted = noted || n.find("between the hosts") != std::string::npos;
     }
     EXPECT_TRUE(noted);
+    EXPECT_EQ(runs.plans[r].knobs.policy.resident_units,
+              std::min<int64_t>(resident, static_cast<int64_t>(BuildLayout(c).units.size())))
+        << "host " << r;
   }
   std::vector<StepStats> one_stats;
   const Weights w1 = RunEngine(one, c, dir + "/one", {}, &one_stats);
@@ -198,34 +208,44 @@ TEST_P(HostsExactness, FiveStepsEqualOneHostAndPlainAutograd) {
   // updates to gather): every other host's slice of every unit's fp32 gradient to that
   // host, its own slice of every updated copy (fp32 on the CPU device) to the H - 1
   // others, each unit's squared norm and the step's loss (8 bytes each).
+  // A resident unit's sum is gathered whole on every host in its own step (4 bytes an
+  // element, the same count), its updated copy not at all. The first step gathers no
+  // previous update: it sends the same less the streamed units' copies.
+  const std::vector<UnitLayout> units = BuildLayout(c).units;
   for (int r = 0; r < H; ++r) {
-    int64_t want = 8;
-    for (const UnitLayout& u : BuildLayout(c).units) {
-      const int64_t mine = MineOf(u.numel, H, r);
-      want += 4 * (u.numel - mine) + 4 * mine * (H - 1) + 8;
+    int64_t want = 8, first = 8;
+    for (size_t u = 0; u < units.size(); ++u) {
+      const int64_t n = units[u].numel, mine = MineOf(n, H, r);
+      want += 4 * (n - mine) + 4 * mine * (H - 1) + 8;
+      first += 4 * (n - mine) + 8 + (static_cast<int64_t>(u) < resident ? 4 * mine * (H - 1) : 0);
     }
     for (int s = 1; s < 5; ++s) EXPECT_EQ(runs.steps[r][s].host_bytes_sent, want) << "host " << r << " step " << s + 1;
-    EXPECT_LT(runs.steps[r][0].host_bytes_sent, want) << "the first step gathers no previous update";
+    EXPECT_EQ(runs.steps[r][0].host_bytes_sent, first) << "host " << r << ": the first step gathers no previous update";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     HostsAndRoutes, HostsExactness,
-    ::testing::Values(std::make_tuple(2, 1, "replicate", "gather_host", true, "fp32"),
-                      std::make_tuple(3, 1, "replicate", "gather_host", false, "fp32"),
-                      std::make_tuple(2, 2, "replicate", "gather_host", true, "fp32"),
-                      std::make_tuple(2, 2, "replicate", "reduce_scatter", false, "fp32"),
-                      std::make_tuple(2, 2, "replicate", "reduce_one", true, "fp32"),
-                      std::make_tuple(2, 2, "scatter_allgather", "gather_host", false, "fp32"),
-                      std::make_tuple(3, 2, "scatter_allgather", "reduce_scatter", true, "fp32"),
-                      std::make_tuple(2, 2, "scatter_allgather", "reduce_one", true, "fp32"),
+    ::testing::Values(std::make_tuple(2, 1, "replicate", "gather_host", true, "fp32", 0),
+                      std::make_tuple(3, 1, "replicate", "gather_host", false, "fp32", 0),
+                      std::make_tuple(2, 2, "replicate", "gather_host", true, "fp32", 0),
+                      std::make_tuple(2, 2, "replicate", "reduce_scatter", false, "fp32", 0),
+                      std::make_tuple(2, 2, "replicate", "reduce_one", true, "fp32", 0),
+                      std::make_tuple(2, 2, "scatter_allgather", "gather_host", false, "fp32", 0),
+                      std::make_tuple(3, 2, "scatter_allgather", "reduce_scatter", true, "fp32", 0),
+                      std::make_tuple(2, 2, "scatter_allgather", "reduce_one", true, "fp32", 0),
                       // 8-bit moments: each host's blocks, the same random rounding bits.
-                      std::make_tuple(2, 1, "replicate", "gather_host", true, "int8"),
-                      std::make_tuple(3, 2, "scatter_allgather", "reduce_scatter", false, "int8")),
+                      std::make_tuple(2, 1, "replicate", "gather_host", true, "int8", 0),
+                      std::make_tuple(3, 2, "scatter_allgather", "reduce_scatter", false, "int8", 0),
+                      // Resident units: the embedding alone, spread over two workers, all.
+                      std::make_tuple(2, 1, "replicate", "gather_host", true, "fp32", 1),
+                      std::make_tuple(3, 2, "scatter_allgather", "reduce_scatter", false, "fp32", 3),
+                      std::make_tuple(2, 2, "replicate", "reduce_one", true, "fp32", 1000)),
     [](const auto& info) {
       return "H" + std::to_string(std::get<0>(info.param)) + "_W" + std::to_string(std::get<1>(info.param)) + "_" +
              std::get<2>(info.param) + "_" + std::get<3>(info.param) + (std::get<4>(info.param) ? "_clip" : "_noclip") +
-             "_" + std::get<5>(info.param);
+             "_" + std::get<5>(info.param) +
+             (std::get<6>(info.param) > 0 ? "_resident" + std::to_string(std::get<6>(info.param)) : "");
     });
 
 // Gradients that land in bf16 in the streamed copy (as cuda jobs land them): the hosts
@@ -303,10 +323,14 @@ TEST_P(HostsResume, CheckpointAndResumeOverTwoHostsAreBitExact) {
   c.workers = 1;
   c.optimizer.weight_decay = 0.01;
   if (variant == "int8") c.optimizer.state_dtype = MomentDtype::kInt8;
-  if (variant == "bf16_landing") {
+  if (variant == "bf16_landing" || variant == "resident_bf16_landing") {
     c.compute_dtype = ComputeDtype::kBf16;
     c.policy.grad_landing = GradLanding::kBf16;
   }
+  // Resident units: each host checkpoints its shard of their state and gathers the
+  // replicas back from every host's on resume (their gradients summed in fp32 beside
+  // streamed units landed in bf16 in the last variant).
+  if (variant == "resident" || variant == "resident_bf16_landing") c.policy.resident_units = 2;
   const std::string dir = ::testing::TempDir() + "/hosts_resume_" + variant;
   std::filesystem::remove_all(dir);
   std::vector<std::string> digest(2), resumed(2);
@@ -358,8 +382,29 @@ TEST_P(HostsResume, CheckpointAndResumeOverTwoHostsAreBitExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(States, HostsResume, ::testing::Values("fp32", "int8", "bf16_landing"),
+INSTANTIATE_TEST_SUITE_P(States, HostsResume, ::testing::Values("fp32", "int8", "bf16_landing", "resident",
+                                                               "resident_bf16_landing"),
                          [](const auto& info) { return info.param; });
+
+// Hosts that would keep different units resident (each host's spec its own): both
+// refuse at the start, naming the field, rather than exchange gradients that do not match.
+TEST(Hosts, RefusesHostsThatKeepDifferentUnitsResident) {
+  if (!HaveGloo()) GTEST_SKIP() << "a build without Gloo";
+  TrainConfig c = TinyTrainConfig(2);
+  c.workers = 1;
+  std::vector<absl::Status> status(2);
+  const int port = FreePort();
+  OnHosts(2, [&](int r) {
+    TrainConfig mine = AsHost(c, 2, r, port);
+    mine.policy.resident_units = r == 0 ? 1 : 2;
+    status[r] = Trainer::Create(mine).status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kFailedPrecondition) << status[r];
+    EXPECT_NE(status[r].message().find("policy.resident_units"), std::string::npos) << status[r];
+    EXPECT_NE(status[r].message().find("every host of a job must keep the same units resident"), std::string::npos);
+  }
+}
 
 // A host that resumes from a step the other host has no checkpoint of: both refuse.
 TEST(Hosts, ResumeRefusesHostsAtDifferentSteps) {
