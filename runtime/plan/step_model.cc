@@ -124,13 +124,19 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
     double network_s = 0.0;
     const int grad_bytes = GradBytes(Bf16Landing(job, knobs.policy));
     for (int u = 0; u < shape.num_units(); ++u) {
-      if (residency.resident(u)) continue;
       const int64_t n = shape.unit_params[u];
+      if (residency.resident(u)) {
+        // Its gradient summed whole on every host, nothing gathered after the update.
+        p.network_bytes += ResidentSumBytes(n, H);
+        network_s += ResidentSumSeconds(n, job, rates);
+        continue;
+      }
       p.network_bytes += ReduceScatterBytes(n, H, grad_bytes) + AllGatherBytes(n, H, job.param_bytes);
-      network_s += ReduceScatterSeconds(n, job, rates, grad_bytes) + AllGatherSeconds(n, job, rates);
+      network_s += ReduceScatterSeconds(n, job, rates, grad_bytes) + AllGatherSeconds(n, job, rates, job.param_bytes);
     }
     p.busy[kResNetwork] = network_s;
-    host_bytes += static_cast<double>(streamed_params) * ExchangeHostBytesPerParam(H, job.param_bytes, grad_bytes);
+    host_bytes += static_cast<double>(streamed_params) * ExchangeHostBytesPerParam(H, job.param_bytes, grad_bytes) +
+                  static_cast<double>(p.resident_params) * ResidentSumHostBytesPerParam(H);
   }
   // The AdamW kernel's own traffic shows the bandwidth the host reaches at least (a
   // calibration copy counts no read-for-ownership and can read low).

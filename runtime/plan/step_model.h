@@ -18,7 +18,10 @@
 // it, the next update does not), the
 // exchanges' own copies and sums in host memory (host_group.cc's) count against host
 // memory, and gradients land as on one host (bf16 in the streamed copy where the devices
-// reduce, so the reduce-scatter moves 2 bytes an element). Three steps are replayed and the last one is
+// reduce, so the reduce-scatter moves 2 bytes an element). A resident unit over several
+// hosts: the link thread copies its fp32 gradient down from its GPU, sums it whole over
+// the hosts (a reduce-scatter and an all-gather of 4 bytes an element) and copies it
+// back up before its GPU update; nothing is gathered after. Three steps are replayed and the last one is
 // measured: its duration, each resource's busy time, the critical path (walked back through the
 // dependency that started each operation), the bottleneck (the resource with most time
 // on that path), the GPU's idle time by cause, and the plan's GPU memory.
@@ -55,7 +58,8 @@ inline constexpr const char* kResNetwork = "network";
 // The number of units resident on a GPU for `knobs` (the first ones, forward order;
 // runtime/plan/residency.h places them): policy.resident_units when >= 0 (at most the
 // units). For -1 (auto): none on the cpu device, without fp32 moments and over several
-// hosts (the engine refuses them there); on cuda the
+// hosts (each host would choose from its own GPUs, and their sums through host memory
+// are predicted slower than streaming there); on cuda the
 // count with the least predicted step time (PredictStep with `rates`) among none and
 // eighths of the most that fit: whose resident bytes (on the rank holding most) and the
 // EstimateMemory of the plan with no kept blocks fit in 90% of `memory_bytes` (all

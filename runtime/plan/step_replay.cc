@@ -55,6 +55,7 @@ void StepReplay::Land(int u, int compute_op) {
         next_gacc_ = 1 - next_gacc_;
       }
     }
+    if (H_ > 1) SumResidentOverHosts(u);
     return;
   }
   const GradRoute route = k_.policy.grad_route;
@@ -98,6 +99,22 @@ void StepReplay::ReduceOverHosts(int u) {
                    static_cast<double>(numel) * ReduceScatterCopyBytes(H_, GradBytes(bf16_landing_)) /
                        (rates_.host_memory_gbps * 1e9),
                    {net}, host_.t, host_.cause, kLinkLane);
+  landed_[u] = linker_;
+}
+
+void StepReplay::SumResidentOverHosts(int u) {
+  const int64_t numel = shape_.unit_params[u];
+  const int64_t bytes = numel * 4;
+  const int down = r_.Add(kResD2h, "copy " + Name(u) + " gradient down", D2hSeconds(bytes, true), {landed_[u]},
+                          host_.t, host_.cause, kLinkLane);
+  const int net = r_.Add(kResNetwork, "sum " + Name(u) + " over hosts", ResidentSumSeconds(numel, job_, rates_),
+                         {down}, host_.t, host_.cause, kLinkLane);
+  const int copy = r_.Add(kExchangeCopy, "sum " + Name(u) + " in host memory",
+                          static_cast<double>(numel) * ExchangeHostBytesPerParam(H_, 4, 4) /
+                              (rates_.host_memory_gbps * 1e9),
+                          {net}, host_.t, host_.cause, kLinkLane);
+  linker_ = r_.Add(kResH2d, "copy " + Name(u) + " gradient up", H2dSeconds(bytes, true), {copy}, host_.t,
+                   host_.cause, kLinkLane);
   landed_[u] = linker_;
 }
 
@@ -256,7 +273,7 @@ void StepReplay::Updates() {
                           update_thread_.t, update_thread_.cause);
     update_thread_.WaitFor(r_, op);
     const int net = r_.Add(kResNetwork, "all-gather " + Name(pick) + " over hosts",
-                           AllGatherSeconds(numel, job_, rates_), {op}, gather_thread_.t, gather_thread_.cause,
+                           AllGatherSeconds(numel, job_, rates_, job_.param_bytes), {op}, gather_thread_.t, gather_thread_.cause,
                            kGatherLane);
     const int copy = r_.Add(kExchangeCopy, "gathered " + Name(pick),
                             static_cast<double>(numel) * AllGatherCopyBytes(H_, job_.param_bytes) /

@@ -54,9 +54,21 @@ inline double ReduceScatterSeconds(int64_t numel, const JobShape& job, const Rat
   return 2 * r.cross_host_latency_s +
          static_cast<double>(ReduceScatterBytes(numel, job.hosts, grad_bytes)) / (r.cross_host_gbps * 1e9);
 }
-inline double AllGatherSeconds(int64_t numel, const JobShape& job, const Rates& r) {
+inline double AllGatherSeconds(int64_t numel, const JobShape& job, const Rates& r, int elem_bytes) {
   return r.cross_host_latency_s +
-         static_cast<double>(AllGatherBytes(numel, job.hosts, job.param_bytes)) / (r.cross_host_gbps * 1e9);
+         static_cast<double>(AllGatherBytes(numel, job.hosts, elem_bytes)) / (r.cross_host_gbps * 1e9);
+}
+// A resident unit over several hosts: its owner's fp32 gradient summed whole on every
+// host (a reduce-scatter, then an all-gather of the sum; no copy gathered after the
+// update, each host's replica takes the same one): the bytes one host sends, the
+// seconds on the network, and the host memory a parameter's exchange moves besides
+// (ExchangeHostBytesPerParam's count for 4-byte elements both ways, and the gradient's
+// copy down and back up).
+inline int64_t ResidentSumBytes(int64_t numel, int hosts) {
+  return ReduceScatterBytes(numel, hosts, 4) + AllGatherBytes(numel, hosts, 4);
+}
+inline double ResidentSumSeconds(int64_t numel, const JobShape& job, const Rates& r) {
+  return ReduceScatterSeconds(numel, job, r, 4) + AllGatherSeconds(numel, job, r, 4);
 }
 
 // Host memory bytes a parameter's exchanges move on each host besides the network's own
@@ -74,6 +86,7 @@ inline double ExchangeHostBytesPerParam(int hosts, int param_bytes, int grad_byt
   return 2.0 * grad_bytes + ReduceScatterCopyBytes(hosts, grad_bytes) + 2.0 * param_bytes +
          AllGatherCopyBytes(hosts, param_bytes);
 }
+inline double ResidentSumHostBytesPerParam(int hosts) { return ExchangeHostBytesPerParam(hosts, 4, 4) + 8.0; }
 
 // The exchanges' copies and sums in host memory, on the thread that runs the exchange
 // (the link thread, the update thread): named host memory on the critical path.
@@ -226,6 +239,9 @@ class StepReplay {
   void Land(int u, int compute_op);
   // Several hosts: the link thread reduce-scatters unit u's landed gradient over them.
   void ReduceOverHosts(int u);
+  // Several hosts: the link thread sums resident unit u's gradient over them (down from
+  // its GPU, over the network, back up) before its update.
+  void SumResidentOverHosts(int u);
 
   const ModelShape& shape_;
   const JobShape& job_;

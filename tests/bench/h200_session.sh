@@ -201,13 +201,16 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     # processes sharing the GPU (Gloo between them over loopback), the same job batch.
     # Two hosts land gradients in bf16 (auto) since 2026-12-04 late: 2 + 12/H bytes a
     # parameter; HOSTS2_LANDINGS="auto fp32" compares with the fp32 landing of before.
+    # HOSTS2_RESIDENT=N keeps N units resident on both (their sums through host memory:
+    # the step model predicts them slower than streaming over hosts; this measures it).
     hosts2) TAILN=$((10 * $(echo ${HOSTS2_LANDINGS:-auto fp32} | wc -w))) step hosts2 ${HOSTS2_CAP:-420} bash -c '
            '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=4 --resident_units=0 | grep -E "mean of|step 3"
            for landing in '"${HOSTS2_LANDINGS:-auto fp32}"'; do
-             echo "== two hosts, grad_landing $landing"
-             '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units=0 --grad_landing=$landing \
-               --nnodes=2 --node_rank=1 --master_port=29611 > /tmp/hosts2_r1.log 2>&1 &
-             '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units=0 --grad_landing=$landing \
+             echo "== two hosts, grad_landing $landing, resident units '"${HOSTS2_RESIDENT:-0}"'"
+             '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units='"${HOSTS2_RESIDENT:-0}"' \
+               --grad_landing=$landing --nnodes=2 --node_rank=1 --master_port=29611 > /tmp/hosts2_r1.log 2>&1 &
+             '"$SB"' --steps=3 --micro_batch_size=1 --grad_accum=2 --resident_units='"${HOSTS2_RESIDENT:-0}"' \
+               --grad_landing=$landing \
                --nnodes=2 --node_rank=0 --master_port=29611 | grep -E "mean of|step 3"; wait
              grep -E "mean of|step 3" /tmp/hosts2_r1.log
            done' ;;

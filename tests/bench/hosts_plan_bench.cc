@@ -5,8 +5,11 @@
 // step time, the job's tokens a second, the bottleneck and the busy time of the CPU
 // update, the network, host memory and the GPU. One host has two rows: as the engine plans
 // it (resident units auto) and with every unit streamed (policy.resident_units 0, as
-// several hosts run: the engine refuses resident units there); the speed-ups are the
-// job's tokens a second over each. Runs nothing on a device (no calibration).
+// several hosts run by default: auto keeps none there); several hosts have those two
+// too, streamed and with one host's resident units on every host (the count given,
+// each host's replicas summing their gradients over the network); the speed-ups are
+// the job's tokens a second over one host's two rows. Runs nothing on a device (no
+// calibration).
 // Usage: hosts_plan_bench [--models=qwen2.5-7b,qwen3-14b] [--device=cuda] [--workers=4]
 //                         [--seq_len=4096] [--hosts=1,2,4] [--batches=1x1,4x4]
 //                         [--cross_host_gbps=50] [--gpu_gib=139] [--no_clip=1]
@@ -60,14 +63,21 @@ int Main(int argc, char** argv) {
       c.micro_batch_size = std::stoll(mb.at(0));
       c.grad_accum = mb.size() > 1 ? std::stoll(mb[1]) : 1;
       double one_host = 0.0, one_streamed = 0.0;
-      std::vector<std::pair<int, bool>> rows;  // hosts, every unit streamed
+      int64_t one_resident = 0;  // the units one host keeps resident (its auto plan)
+      // hosts, and their resident units: -1 auto, 0 every unit streamed, kAsOneHost
+      // one host's count.
+      constexpr int64_t kAsOneHost = -2;
+      std::vector<std::pair<int, int64_t>> rows;
       for (int hosts : host_counts) {
-        rows.push_back({hosts, hosts > 1});
-        if (hosts == 1) rows.push_back({1, true});
+        rows.push_back({hosts, hosts > 1 ? 0 : -1});
+        rows.push_back({hosts, hosts > 1 ? kAsOneHost : 0});
       }
-      for (const auto& [hosts, streamed] : rows) {
+      for (const auto& [hosts, asked] : rows) {
+        const int64_t resident = asked == kAsOneHost ? one_resident : asked;
+        if (asked == kAsOneHost && resident == 0) continue;  // the streamed row already
+        const bool streamed = resident == 0;
         c.hosts.count = hosts;
-        c.policy.resident_units = streamed ? 0 : -1;
+        c.policy.resident_units = resident;
         c.hosts.address = "host0";
         const JobShape job = JobShapeOf(c);
         Rates rates = DefaultRates(shape, job);
@@ -84,9 +94,13 @@ int Main(int argc, char** argv) {
         const double tokens = static_cast<double>(c.job_batch_sequences() * c.seq_len);
         const double rate = tokens / p.step_seconds;
         if (hosts == 1) (streamed ? one_streamed : one_host) = rate;
+        if (hosts == 1 && !streamed) one_resident = choice->knobs.policy.resident_units;
         auto ratio = [&](double base) { return base > 0 ? absl::StrFormat("%.2f", rate / base) : std::string("-"); };
+        const std::string what =
+            streamed ? (hosts == 1 ? " streamed" : "")
+                     : absl::StrFormat(" (%d units resident)", choice->knobs.policy.resident_units);
         std::printf("| %s | %s | %d%s | %s | %.2f | %.0f | %s | %s | %s | %.2f | %.2f | %.2f | %.2f |\n",
-                    c.model.c_str(), std::string(batch).c_str(), hosts, hosts == 1 && streamed ? " streamed" : "",
+                    c.model.c_str(), std::string(batch).c_str(), hosts, what.c_str(),
                     DescribeKnobs(choice->knobs).c_str(), p.step_seconds, rate, ratio(one_host).c_str(),
                     ratio(one_streamed).c_str(), p.bottleneck.c_str(), Busy(p, kResCpuUpdate),
                     Busy(p, kResNetwork), Busy(p, kResHostMemory), Busy(p, kResGpu));

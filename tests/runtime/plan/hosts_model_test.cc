@@ -240,6 +240,53 @@ TEST(HostsModel, SeveralHostsLandAsOneHostAndExchangeBf16Gradients) {
   EXPECT_EQ(fp32.network_bytes * 4, bytes * 6);
 }
 
+TEST(HostsModel, ResidentUnitsSumTheirFp32GradientOverTheHostsAndLeaveTheCpuUpdate) {
+  // The 7.62B at one sequence a GPU over 2 hosts with its first 9 units resident on the
+  // 4 GPUs of every host: each resident unit's fp32 gradient is summed whole on every
+  // host (a reduce-scatter and an all-gather of 4 bytes a parameter, host 0's slices),
+  // nothing of it gathered after its update (each host's replica takes the same one);
+  // the streamed units exchange as before, and only they take CPU update time.
+  const Case& c = kCases[0];
+  const ModelShape shape = ShapeOf(*PresetConfig(c.model));
+  Rates r = DefaultRates(shape, JobOf(c, 2));
+  r.cross_host_latency_s = 0;
+  r.cross_host_gbps = 25;
+  PlanKnobs k = KnobsOf(c);
+  k.policy.resident_units = 9;
+  const StepPrediction resident = PredictStep(shape, JobOf(c, 2), k, r);
+  const StepPrediction streamed = PredictStep(shape, JobOf(c, 2), KnobsOf(c), r);
+  int64_t bytes = 0, resident_params = 0, streamed_shards = 0;
+  for (int u = 0; u < shape.num_units(); ++u) {
+    const int64_t n = shape.unit_params[u];
+    if (u < 9) {
+      bytes += (4 + 4) * Shard0(n, 2);
+      resident_params += n;
+    } else {
+      bytes += (4 + 2) * Shard0(n, 2);
+      streamed_shards += Shard0(n, 2);
+    }
+  }
+  EXPECT_EQ(resident.resident_params, resident_params);
+  EXPECT_EQ(resident.network_bytes, bytes);
+  EXPECT_NEAR(resident.busy.at(kResNetwork), static_cast<double>(bytes) / 25e9, 1e-9);
+  EXPECT_NEAR(resident.busy.at(kResCpuUpdate), static_cast<double>(streamed_shards) / r.adamw_params_per_s, 1e-9);
+  EXPECT_GT(resident.busy.at(kResGpuUpdate), 0.0);
+  EXPECT_LT(resident.busy.at(kResCpuUpdate), streamed.busy.at(kResCpuUpdate));
+  // With a network and host memory to spare, the resident units' CPU update leaves
+  // the step: faster than every unit streamed over the same two hosts.
+  Rates fast = r;
+  fast.cross_host_gbps = 1e4;
+  fast.host_memory_gbps = 1e5;
+  EXPECT_LT(PredictStep(shape, JobOf(c, 2), k, fast).step_seconds,
+            PredictStep(shape, JobOf(c, 2), KnobsOf(c), fast).step_seconds);
+  // Auto keeps none over several hosts (every host must hold the same units, and each
+  // would choose from its own GPUs' memory); one host chooses some.
+  PlanKnobs auto_k = KnobsOf(c);
+  auto_k.policy.resident_units = -1;
+  EXPECT_EQ(ResidentUnits(shape, JobOf(c, 2), auto_k, 0), 0);
+  EXPECT_GT(ResidentUnits(shape, JobOf(c, 1), auto_k, 0), 0);
+}
+
 TEST(HostsModel, GpuMemoryDoesNotDependOnTheHosts) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.model);
