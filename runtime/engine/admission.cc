@@ -216,6 +216,9 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
   n.host_state = u.total * n.state_bytes_per_param;
   // gather_host with several workers: one fp32 landing buffer per rank, pinned on cuda.
   if (!device_reduces && W > 1) n.transfer = W * u.max_unit * 4;
+  // Resident units over several hosts on cuda: the pinned buffer their gradient is
+  // summed over the hosts through (the largest unit's fp32; an upper bound).
+  if (cuda && config.hosts.count > 1 && config.policy.resident_units > 0) n.transfer += u.max_unit * 4;
 
   const double B = static_cast<double>(config.micro_batch_size), T = static_cast<double>(config.seq_len);
   const double MB = static_cast<double>(config.grad_accum), L = static_cast<double>(model.num_layers);

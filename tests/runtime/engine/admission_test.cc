@@ -23,6 +23,7 @@
 #include "runtime/engine/fault_injection.h"
 #include "runtime/engine/trainer.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/param_layout.h"
 
 namespace slidedp {
 namespace {
@@ -135,6 +136,16 @@ TEST(Admission, EstimateCountsTheHostStateAsTheEngineLaysItOut) {
   g.optimizer.state_dtype = MomentDtype::kFp32;
   g.workers = 2;
   EXPECT_DOUBLE_EQ(EstimateHostMemory(g, tiny).state_bytes_per_param, 2 + 4 + 12.0 / 4);
+  // Resident units over several hosts: the host state as before, and the pinned buffer
+  // their fp32 gradient is summed through, the size of the largest unit.
+  g.workers = 1;
+  const HostMemoryNeed streamed = EstimateHostMemory(g, tiny);
+  g.policy.resident_units = 2;
+  const HostMemoryNeed resident = EstimateHostMemory(g, tiny);
+  int64_t largest = 0;
+  for (const UnitLayout& u : BuildLayout(tiny).units) largest = std::max(largest, u.numel);
+  EXPECT_DOUBLE_EQ(resident.state_bytes_per_param, streamed.state_bytes_per_param);
+  EXPECT_DOUBLE_EQ(resident.transfer - streamed.transfer, 4.0 * largest);
 }
 
 TEST(Admission, EstimateGrowsWithTheSequenceAndNeverOverflows) {
