@@ -19,7 +19,8 @@ UpdatePipeline::UpdatePipeline(HostState* state, const TrainConfig& config)
       units_(state->num_units()),
       clip_(config.optimizer.max_grad_norm > 0),
       version_(units_, 0),
-      sumsq_(units_, 0.0) {
+      sumsq_(units_, 0.0),
+      link_waiting_(units_, false) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -41,6 +42,8 @@ void UpdatePipeline::BeginStep(int64_t step, double lr, bool hold) {
   hold_ = hold;
   landed_ = 0;
   issued_this_step_ = 0;
+  link_next_ = units_ - 1;
+  std::fill(link_waiting_.begin(), link_waiting_.end(), false);
   std::fill(sumsq_.begin(), sumsq_.end(), 0.0);
   summary_ = StepUpdateSummary();
   summary_.lr = lr;
@@ -61,8 +64,16 @@ void UpdatePipeline::GradLanded(int u, int64_t step, double sumsq) {
   absl::MutexLock lock(&mu_);
   if (link_ != nullptr) {
     // Several hosts: the unit's gradient is reduced over them first (on the link's
-    // thread, in landing order), then lands with the norm of the whole sum.
-    link_executor_->Push([this, u, step] { return ReduceOverHosts(u, step); });
+    // thread), then lands with the norm of the whole sum. Every host reduces in the
+    // backward's order, the last unit first: this host's workers may land two units in
+    // either order (a resident unit from its owner's thread, a streamed one from the
+    // last rank to arrive), and the hosts' reductions meet in the order issued.
+    link_waiting_[u] = true;
+    for (; link_next_ >= 0 && link_waiting_[link_next_]; --link_next_) {
+      const int v = link_next_;
+      link_waiting_[v] = false;
+      link_executor_->Push([this, v, step] { return ReduceOverHosts(v, step); });
+    }
     return;
   }
   Landed(u, step, sumsq);
@@ -132,6 +143,8 @@ absl::Status UpdatePipeline::AbortStep(int64_t step) {
         "step ", step + 1, " cannot be run again: ", issued_this_step_, " of its updates were already issued"));
   }
   landed_ = 0;
+  link_next_ = units_ - 1;
+  std::fill(link_waiting_.begin(), link_waiting_.end(), false);
   std::fill(sumsq_.begin(), sumsq_.end(), 0.0);
   summary_ = StepUpdateSummary();
   summary_.lr = lr_;
@@ -235,8 +248,8 @@ void UpdatePipeline::Loop() {
       auto next = std::min_element(queue_.begin(), queue_.end(), [](const Task& a, const Task& b) {
         return a.step != b.step ? a.step < b.step : a.unit < b.unit;
       });
-      // Several hosts meet in every update's gather: the same order on each, the
-      // landing order (the same everywhere), not the order of whatever is queued.
+      // Several hosts meet in every update's gather: the same order on each, the order
+      // the link landed the units in (the same everywhere), not that of what is queued.
       if (gather_ != nullptr) next = queue_.begin();
       t = *next;
       queue_.erase(next);

@@ -8,7 +8,8 @@
 // Threads: GradLanded/WaitParamsReady from worker threads, BeginStep/Drain/Summary from
 // the trainer's thread, the updates on the pipeline's own thread; over several hosts,
 // the reduce-scatters on the link's thread and the all-gathers of updated copies on the
-// gather's (each in landing order, the same on every host).
+// gather's (the reductions in the backward's order, the gathers in the order the units
+// landed from them: the same on every host).
 #pragma once
 
 #include <cstdint>
@@ -59,7 +60,9 @@ class UpdatePipeline {
   double WaitParamsReady(int u, int64_t step);
 
   // Worker (one call per unit per step): unit `u`'s reduced gradient of `step` is in
-  // state->unit(u).grad, with squared L2 norm `sumsq`.
+  // state->unit(u).grad, with squared L2 norm `sumsq`. Several hosts reduce the units
+  // over the hosts in the backward's order (the last unit first), whatever order they
+  // land in here.
   void GradLanded(int u, int64_t step, double sumsq);
 
   // Trainer, once per step after every worker finished `step`: the gradient summary
@@ -90,9 +93,9 @@ class UpdatePipeline {
   void set_resident(ResidentState* resident) { resident_ = resident; }
   // Several hosts (null: one): `link` reduces each landed unit's gradient over the hosts
   // into this host's shard (a resident unit's: the whole sum on every host) and sums
-  // the norm (on a thread of its own, in landing order), before the unit counts as
-  // landed; `gather` brings the other hosts' shards of each updated streamed unit's
-  // copy (on the update thread, updates then in landing order). Each a group of its own
+  // the norm (on a thread of its own, in the backward's order), before the unit counts
+  // as landed; `gather` brings the other hosts' shards of each updated streamed unit's
+  // copy (on the update thread, updates then in the order the link landed them). Each a group of its own
   // (HostGroup::Channel). Before the first step.
   void set_hosts(HostGroup* link, HostGroup* gather);
 
@@ -128,6 +131,10 @@ class UpdatePipeline {
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> version_ ABSL_GUARDED_BY(mu_);  // updates applied or skipped, per unit
   std::vector<double> sumsq_ ABSL_GUARDED_BY(mu_);
+  // Several hosts: the units landed here whose reduction waits for a later unit's
+  // (GradLanded), and the next unit to reduce (the last first).
+  std::vector<bool> link_waiting_ ABSL_GUARDED_BY(mu_);
+  int link_next_ ABSL_GUARDED_BY(mu_) = -1;
   int landed_ ABSL_GUARDED_BY(mu_) = 0;
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   int issued_this_step_ ABSL_GUARDED_BY(mu_) = 0;  // updates enqueued for step_
