@@ -464,12 +464,40 @@ SLIDEDP_AVX2 inline __m128i LowBytes8x8(__m256i x) {
   return _mm_packus_epi16(w, w);
 }
 
+// The low bytes of 32 int32 lanes (a: elements 0-7, b: 8-15, c, d), in order, as
+// LowBytes8x8 gives them 8 at a time: packed two lanes of 128 bits at a time, then the
+// dwords put back in order.
+SLIDEDP_AVX2 inline __m256i LowBytes32(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ff = _mm256_set1_epi32(0xff);
+  const __m256i ab = _mm256_packus_epi32(_mm256_and_si256(a, ff), _mm256_and_si256(b, ff));
+  const __m256i cd = _mm256_packus_epi32(_mm256_and_si256(c, ff), _mm256_and_si256(d, ff));
+  // Dwords: a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7.
+  return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// The codes of m and v for the 8 elements from i (int32 lanes, a byte's worth each).
+struct Codes8 {
+  __m256i m, v;
+};
+SLIDEDP_AVX2 inline Codes8 EncodeInt8x8(const float* m, const float* sqrt_v, int64_t i, __m256 vim, __m256 viv,
+                                        uint32_t key, int64_t first_index) {
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256 xm = _mm256_loadu_ps(m + i);
+  const __m256i bits = RoundingBits256(key, first_index + i);
+  __m256i c = EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim), bits);
+  const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
+  c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
+  const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(sqrt_v + i), viv);
+  const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
+  const __m256i cv = _mm256_and_si256(_mm256_max_epi32(EncodeUnitFloat256<kVBits>(r, Rotate16x8(bits)), one), pos);
+  return {c, cv};
+}
+
 SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m, const float* v,
                                  const float* sqrt_v, const RoundingSeed& seed) {
   auto* qm = static_cast<int8_t*>(mv.m);
   auto* qv = static_cast<uint8_t*>(mv.v);
   const uint32_t key = RoundingKey(seed.step);
-  const __m256i one = _mm256_set1_epi32(1);
   for (int64_t b = 0; b < n; b += kMomentBlock) {
     const int64_t len = std::min(kMomentBlock, n - b);
     const float sm = AbsMax256(m + b, len), sv = AbsMax256(v + b, len);
@@ -478,18 +506,19 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
     mv.v_scale[b / kMomentBlock] = sv;
     const __m256 vim = _mm256_set1_ps(im), viv = _mm256_set1_ps(iv);
     int64_t i = b;
+    // 32 elements a time: their codes stored as 32 bytes at once.
+    for (; i + 32 <= b + len; i += 32) {
+      const Codes8 c0 = EncodeInt8x8(m, sqrt_v, i, vim, viv, key, seed.first_index);
+      const Codes8 c1 = EncodeInt8x8(m, sqrt_v, i + 8, vim, viv, key, seed.first_index);
+      const Codes8 c2 = EncodeInt8x8(m, sqrt_v, i + 16, vim, viv, key, seed.first_index);
+      const Codes8 c3 = EncodeInt8x8(m, sqrt_v, i + 24, vim, viv, key, seed.first_index);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qm + i), LowBytes32(c0.m, c1.m, c2.m, c3.m));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qv + i), LowBytes32(c0.v, c1.v, c2.v, c3.v));
+    }
     for (; i + 8 <= b + len; i += 8) {
-      const __m256 xm = _mm256_loadu_ps(m + i);
-      const __m256i bits = RoundingBits256(key, seed.first_index + i);
-      __m256i c = EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim), bits);
-      const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(xm, _mm256_setzero_ps(), _CMP_LT_OQ));
-      c = _mm256_blendv_epi8(c, _mm256_sub_epi32(_mm256_setzero_si256(), c), neg);
-      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(sqrt_v + i), viv);
-      const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
-      const __m256i cvv = _mm256_and_si256(
-          _mm256_max_epi32(EncodeUnitFloat256<kVBits>(r, Rotate16x8(bits)), one), pos);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(qm + i), LowBytes8x8(c));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(qv + i), LowBytes8x8(cvv));
+      const Codes8 c = EncodeInt8x8(m, sqrt_v, i, vim, viv, key, seed.first_index);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(qm + i), LowBytes8x8(c.m));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(qv + i), LowBytes8x8(c.v));
     }
     for (; i < b + len; ++i) {
       const uint32_t bits = RoundingBits(key, seed.first_index + i);
