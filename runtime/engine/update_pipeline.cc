@@ -128,8 +128,10 @@ void UpdatePipeline::Landed(int u, int64_t step, double sumsq) {
 }
 
 void UpdatePipeline::ScheduleHeld() {
-  // What the speculative schedule would have enqueued, unit by unit, all at once.
-  for (int u = 0; u < units_; ++u) {
+  // What the speculative schedule would have enqueued, unit by unit, all at once, in the
+  // order it would have (units land the last first): several hosts gather in queue
+  // order, and each host decides alone whether a step is held (its own plan's first).
+  for (int u = units_ - 1; u >= 0; --u) {
     const bool finite = std::isfinite(sumsq_[u]);
     Enqueue({u, step_, 1.0, !finite, lr_, adam_steps_ + 1});
     if (!finite) summary_.skipped = true;

@@ -4,6 +4,9 @@
 // owner's thread and a streamed one from the last rank to arrive, so on a host with
 // several workers two units can land in either order; were the link to reduce them as
 // they come, one host's reduction of one unit would meet another host's of another.
+// Likewise the gathers of updated copies: without clipping a host updates each unit as
+// it lands, or, in a plan's first step (held, which each host decides alone after its
+// own re-plan), all at once after the last; both gather in the same order.
 #include "runtime/engine/update_pipeline.h"
 
 #include <gtest/gtest.h>
@@ -30,7 +33,11 @@ class RecordingHosts : public HostGroup {
     reduced_.push_back(in.data_ptr());
     return absl::OkStatus();
   }
-  absl::Status AllGather(at::Tensor) override { return absl::OkStatus(); }
+  absl::Status AllGather(at::Tensor buf) override {
+    absl::MutexLock lock(&mu_);
+    gathered_.push_back(buf.data_ptr());
+    return absl::OkStatus();
+  }
   absl::Status AllReduceSum(std::vector<double>&) override { return absl::OkStatus(); }
   absl::Status Barrier() override { return absl::OkStatus(); }
   int64_t bytes_sent() const override { return 0; }
@@ -41,10 +48,14 @@ class RecordingHosts : public HostGroup {
     absl::MutexLock lock(&mu_);
     return reduced_;
   }
+  std::vector<void*> gathered() {
+    absl::MutexLock lock(&mu_);
+    return gathered_;
+  }
 
  private:
   absl::Mutex mu_;
-  std::vector<void*> reduced_;
+  std::vector<void*> reduced_, gathered_;
 };
 
 TEST(UpdatePipelineHosts, ReducesUnitsInTheBackwardsOrderWhateverOrderTheyLandIn) {
@@ -77,6 +88,31 @@ TEST(UpdatePipelineHosts, ReducesUnitsInTheBackwardsOrderWhateverOrderTheyLandIn
     const int u = U - 1 - i % U;
     EXPECT_EQ(reduced[i], state.unit(u).grad.data_ptr()) << "reduction " << i << " should be unit " << u;
   }
+}
+
+TEST(UpdatePipelineHosts, GathersInTheSameOrderWhetherAStepIsHeldOrNot) {
+  const ModelConfig model = *PresetConfig("tiny");
+  HostState state(model, at::kFloat, /*chunk_elems=*/0, /*pin=*/false, /*fp32_grad=*/true, MomentDtype::kFp32,
+                  /*shard=*/0, /*shards=*/2);
+  ASSERT_TRUE(state.InitRandom(1).ok());
+  const int U = state.num_units();
+  TrainConfig config = testing::TinyTrainConfig(2);
+  config.optimizer.max_grad_norm = 0;  // no clipping: updates as units land
+  std::vector<std::vector<void*>> orders;
+  for (bool hold : {false, true}) {
+    RecordingHosts link, gather;
+    UpdatePipeline pipeline(&state, config);
+    pipeline.set_hosts(&link, &gather);
+    pipeline.BeginStep(0, 1e-3, hold);
+    for (int u = U - 1; u >= 0; --u) pipeline.GradLanded(u, 0, 0.0);
+    pipeline.Summary(0);
+    pipeline.Drain();
+    ASSERT_TRUE(pipeline.status().ok()) << pipeline.status();
+    orders.push_back(gather.gathered());
+  }
+  ASSERT_EQ(orders[0].size(), static_cast<size_t>(U));
+  EXPECT_EQ(orders[1], orders[0]) << "a held step gathers in another order than one that is not";
+  for (int i = 0; i < U; ++i) EXPECT_EQ(orders[0][i], state.unit(U - 1 - i).params.data_ptr()) << i;
 }
 
 }  // namespace
