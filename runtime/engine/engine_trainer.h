@@ -187,7 +187,7 @@ class EngineTrainer final : public Trainer {
   // Whether a GPU out-of-memory in the step that just failed may shrink the plan and run
   // the step again: with policy.auto; or with kept blocks the job left to auto, while any
   // are kept and this step's updates waited for its last landing (clipping, or a plan's
-  // first step), so that nothing of it was applied.
+  // first step), so that nothing of it was applied. Never over several hosts.
   bool CanShrinkAfterOutOfMemory() const;
   // Shrinks the plan and rebuilds the workers while `error` is an out-of-memory
   // (`step`: the 0-based step it happened in, or about to run).

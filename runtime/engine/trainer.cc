@@ -267,6 +267,12 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
   if (!results.ok() && StopRequested(stop_.get())) {
     return AfterStoppedStep(CheckStop(stop_.get(), absl::StrCat("step ", step_ + 1)));
   }
+  if (!results.ok() && absl::IsResourceExhausted(results.status()) && hosts_.trainer != nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        results.status().message(), "; a job over several hosts does not run a step again with a smaller plan (the "
+        "other hosts have made part of its exchanges): lower micro_batch_size, policy.kept_blocks or "
+        "policy.resident_units in every host's spec"));
+  }
   if (!results.ok()) return results.status();
 
   const StepUpdateSummary u = pipeline_->Summary(step_);

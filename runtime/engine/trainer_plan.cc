@@ -114,6 +114,8 @@ absl::Status EngineTrainer::RecoverFromOutOfMemory(absl::Status error) {
 }
 
 bool EngineTrainer::CanShrinkAfterOutOfMemory() const {
+  // Several hosts cannot run a step again: the others have made part of its exchanges.
+  if (hosts_.trainer != nullptr) return false;
   if (requested_.policy.auto_plan) return true;
   const bool auto_kept = requested_.policy.kept_blocks < 0 && plan_.knobs().policy.kept_blocks > 0;
   const bool auto_resident = requested_.policy.resident_units < 0 && plan_.knobs().policy.resident_units > 0;

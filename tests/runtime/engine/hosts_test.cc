@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "runtime/engine/fault_injection.h"
 #include "runtime/engine/trainer.h"
 #include "tests/runtime/engine/reference_training.h"
 #include "tests/test_support.h"
@@ -434,6 +435,45 @@ TEST(Hosts, ResumeRefusesHostsAtDifferentSteps) {
     ASSERT_FALSE(t.ok());
     EXPECT_TRUE(absl::IsFailedPrecondition(t.status())) << t.status();
   });
+}
+
+// A GPU out of memory in a step of one host, with policy.auto (which on one host shrinks
+// the plan and runs the step again): over several hosts the others have made part of the
+// step's exchanges, so the host fails the job naming what to lower, and the other fails
+// within its timeout; neither runs on with exchanges that no longer match.
+TEST(Hosts, OutOfMemoryInAStepFailsTheJobRatherThanRunningTheStepAgain) {
+  if (!HaveGloo()) GTEST_SKIP() << "a build without Gloo";
+  TrainConfig c = TinyTrainConfig(4);
+  c.workers = 1;
+  c.policy.auto_plan = true;
+  std::vector<absl::Status> failed(2);
+  std::vector<int64_t> done(2, 0);
+  std::vector<double> seconds(2, 0.0);
+  const int port = FreePort();
+  OnHosts(2, [&](int r) {
+    TrainConfig mine = AsHost(c, 2, r, port);
+    mine.hosts.timeout_seconds = 5;
+    auto t = Trainer::Create(mine);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE((*t)->Step().ok());
+    if (r == 0) InjectOutOfMemory(2);  // the next worker step of either host, at its third unit
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int s = 1; s < 4 && failed[r].ok(); ++s) {
+      absl::StatusOr<StepStats> st = (*t)->Step();
+      if (st.ok()) done[r] = st->step; else failed[r] = st.status();
+    }
+    seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  int out_of_memory = 0;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(failed[r].ok()) << "host " << r << " ran on to step " << done[r];
+    EXPECT_LT(seconds[r], 60.0) << "host " << r;
+    if (absl::IsResourceExhausted(failed[r])) {
+      ++out_of_memory;
+      EXPECT_NE(failed[r].message().find("does not run a step again"), std::string::npos) << failed[r];
+    }
+  }
+  EXPECT_EQ(out_of_memory, 1);
 }
 
 // kill -9 of one slidedp-train process: the other fails within its timeout (hosts.
