@@ -35,7 +35,12 @@ absl::StatusOr<std::unique_ptr<ResidentState>> ResidentState::Create(HostState* 
     const double mine = allocated.ok() ? static_cast<double>(placement.units) : -1.0;
     std::vector<double> v{mine, mine * mine};
     if (absl::Status s = hosts->AllReduceSum(v); !s.ok()) return s;
-    if (!allocated.ok()) return allocated;
+    if (!allocated.ok()) {
+      // Not RESOURCE_EXHAUSTED: a smaller plan on this host alone would meet no one.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "policy.resident_units: ", placement.units, " units do not fit on host ", hosts->rank(),
+          "'s GPUs (", allocated.message(), "); lower it in every host's spec"));
+    }
     const double H = hosts->hosts();
     if (v[0] != H * mine || v[1] != H * mine * mine) {
       return absl::FailedPreconditionError(absl::StrCat(

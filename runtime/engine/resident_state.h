@@ -43,8 +43,8 @@ class ResidentState {
   // rank) and copies their state from `state`, which must hold fp32 moments.
   // RESOURCE_EXHAUSTED when a GPU cannot hold them. `hosts` (the trainer's group; null:
   // one host): every host must place the same units (FAILED_PRECONDITION otherwise, and
-  // when any host's GPU cannot hold them), and their state is gathered from every
-  // host's shard.
+  // when any host's GPU cannot hold them, this host's included: no host shrinks alone),
+  // and their state is gathered from every host's shard.
   static absl::StatusOr<std::unique_ptr<ResidentState>> Create(HostState* state, const Residency& placement,
                                                                const std::vector<at::Device>& devices,
                                                                HostGroup* hosts = nullptr);
