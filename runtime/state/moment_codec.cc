@@ -455,18 +455,10 @@ SLIDEDP_AVX2 void DecodeInt8Avx2(const MomentView& mv, int64_t n, float* m, floa
   }
 }
 
-// The low byte of each of 8 int32 lanes, in order, in the low 64 bits: the scalar
-// kernel's casts (and AVX-512's cvtepi32_epi8), also for codes out of a byte's range (a
-// block of subnormal moments scales to infinity: code 1144, cast to 120).
-SLIDEDP_AVX2 inline __m128i LowBytes8x8(__m256i x) {
-  x = _mm256_and_si256(x, _mm256_set1_epi32(0xff));
-  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
-  return _mm_packus_epi16(w, w);
-}
-
-// The low bytes of 32 int32 lanes (a: elements 0-7, b: 8-15, c, d), in order, as
-// LowBytes8x8 gives them 8 at a time: packed two lanes of 128 bits at a time, then the
-// dwords put back in order.
+// The low byte of each of 32 int32 lanes (a: elements 0-7, b: 8-15, c, d), in order: the
+// scalar kernel's casts (and AVX-512's cvtepi32_epi8), also for codes out of a byte's
+// range (a block of subnormal moments scales to infinity: code 1144, cast to 120).
+// Masked to a byte, packed two lanes of 128 bits at a time, the dwords put back in order.
 SLIDEDP_AVX2 inline __m256i LowBytes32(__m256i a, __m256i b, __m256i c, __m256i d) {
   const __m256i ff = _mm256_set1_epi32(0xff);
   const __m256i ab = _mm256_packus_epi32(_mm256_and_si256(a, ff), _mm256_and_si256(b, ff));
@@ -506,7 +498,8 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
     mv.v_scale[b / kMomentBlock] = sv;
     const __m256 vim = _mm256_set1_ps(im), viv = _mm256_set1_ps(iv);
     int64_t i = b;
-    // 32 elements a time: their codes stored as 32 bytes at once.
+    // 32 elements a time, their codes stored as 32 bytes at once; a unit's last partial
+    // block ends in the scalar loop.
     for (; i + 32 <= b + len; i += 32) {
       const Codes8 c0 = EncodeInt8x8(m, sqrt_v, i, vim, viv, key, seed.first_index);
       const Codes8 c1 = EncodeInt8x8(m, sqrt_v, i + 8, vim, viv, key, seed.first_index);
@@ -514,11 +507,6 @@ SLIDEDP_AVX2 void EncodeInt8Avx2(const MomentView& mv, int64_t n, const float* m
       const Codes8 c3 = EncodeInt8x8(m, sqrt_v, i + 24, vim, viv, key, seed.first_index);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(qm + i), LowBytes32(c0.m, c1.m, c2.m, c3.m));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(qv + i), LowBytes32(c0.v, c1.v, c2.v, c3.v));
-    }
-    for (; i + 8 <= b + len; i += 8) {
-      const Codes8 c = EncodeInt8x8(m, sqrt_v, i, vim, viv, key, seed.first_index);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(qm + i), LowBytes8x8(c.m));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(qv + i), LowBytes8x8(c.v));
     }
     for (; i < b + len; ++i) {
       const uint32_t bits = RoundingBits(key, seed.first_index + i);
