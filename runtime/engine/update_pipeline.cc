@@ -40,13 +40,17 @@ void UpdatePipeline::BeginStep(int64_t step, double lr, bool hold) {
   step_ = step;
   lr_ = lr;
   hold_ = hold;
-  landed_ = 0;
   issued_this_step_ = 0;
+  ForgetLandings();
+}
+
+void UpdatePipeline::ForgetLandings() {
+  landed_ = 0;
   link_next_ = units_ - 1;
   std::fill(link_waiting_.begin(), link_waiting_.end(), false);
   std::fill(sumsq_.begin(), sumsq_.end(), 0.0);
   summary_ = StepUpdateSummary();
-  summary_.lr = lr;
+  summary_.lr = lr_;
 }
 
 double UpdatePipeline::WaitParamsReady(int u, int64_t step) {
@@ -144,12 +148,7 @@ absl::Status UpdatePipeline::AbortStep(int64_t step) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step ", step + 1, " cannot be run again: ", issued_this_step_, " of its updates were already issued"));
   }
-  landed_ = 0;
-  link_next_ = units_ - 1;
-  std::fill(link_waiting_.begin(), link_waiting_.end(), false);
-  std::fill(sumsq_.begin(), sumsq_.end(), 0.0);
-  summary_ = StepUpdateSummary();
-  summary_.lr = lr_;
+  ForgetLandings();
   return absl::OkStatus();
 }
 

@@ -109,6 +109,9 @@ class UpdatePipeline {
     int64_t adam_step;  // 1-based AdamW step for bias correction
   };
   void Loop();
+  // The step's landings so far, their norms and the reductions waiting over the hosts,
+  // as at BeginStep (its lr kept).
+  void ForgetLandings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The unit's gradient of every worker is in the host state (GradLanded's part after
   // any reduction over the hosts), with squared norm `sumsq`.
   void Landed(int u, int64_t step, double sumsq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

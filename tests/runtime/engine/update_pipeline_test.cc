@@ -58,11 +58,17 @@ class RecordingHosts : public HostGroup {
   std::vector<void*> reduced_, gathered_;
 };
 
+// Host 0's state of the tiny model in a job over two hosts.
+std::unique_ptr<HostState> HostZeroOfTwo() {
+  auto state = std::make_unique<HostState>(*PresetConfig("tiny"), at::kFloat, /*chunk_elems=*/0, /*pin=*/false,
+                                           /*fp32_grad=*/true, MomentDtype::kFp32, /*shard=*/0, /*shards=*/2);
+  EXPECT_TRUE(state->InitRandom(1).ok());
+  return state;
+}
+
 TEST(UpdatePipelineHosts, ReducesUnitsInTheBackwardsOrderWhateverOrderTheyLandIn) {
-  const ModelConfig model = *PresetConfig("tiny");
-  HostState state(model, at::kFloat, /*chunk_elems=*/0, /*pin=*/false, /*fp32_grad=*/true, MomentDtype::kFp32,
-                  /*shard=*/0, /*shards=*/2);
-  ASSERT_TRUE(state.InitRandom(1).ok());
+  const std::unique_ptr<HostState> owned = HostZeroOfTwo();
+  HostState& state = *owned;
   const int U = state.num_units();
   ASSERT_GE(U, 4);
   TrainConfig config = testing::TinyTrainConfig(2);
@@ -91,10 +97,8 @@ TEST(UpdatePipelineHosts, ReducesUnitsInTheBackwardsOrderWhateverOrderTheyLandIn
 }
 
 TEST(UpdatePipelineHosts, GathersInTheSameOrderWhetherAStepIsHeldOrNot) {
-  const ModelConfig model = *PresetConfig("tiny");
-  HostState state(model, at::kFloat, /*chunk_elems=*/0, /*pin=*/false, /*fp32_grad=*/true, MomentDtype::kFp32,
-                  /*shard=*/0, /*shards=*/2);
-  ASSERT_TRUE(state.InitRandom(1).ok());
+  const std::unique_ptr<HostState> owned = HostZeroOfTwo();
+  HostState& state = *owned;
   const int U = state.num_units();
   TrainConfig config = testing::TinyTrainConfig(2);
   config.optimizer.max_grad_norm = 0;  // no clipping: updates as units land

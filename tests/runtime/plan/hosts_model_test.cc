@@ -60,6 +60,14 @@ double Seconds(const std::map<std::string, double>& m, const std::string& resour
   return it == m.end() ? 0.0 : it->second;
 }
 
+// `c`'s default rates over two hosts with a network of `gbps` and no latency.
+Rates NetworkOf(const Case& c, double gbps) {
+  Rates r = DefaultRates(ShapeOf(*PresetConfig(c.model)), JobOf(c, 2));
+  r.cross_host_latency_s = 0;
+  r.cross_host_gbps = gbps;
+  return r;
+}
+
 StepPrediction Predict(const Case& c, int hosts, const Rates* rates = nullptr) {
   const ModelShape shape = ShapeOf(*PresetConfig(c.model));
   const JobShape job = JobOf(c, hosts);
@@ -159,9 +167,7 @@ TEST(HostsModel, CpuUpdateFallsWithTheHosts) {
 TEST(HostsModel, NetworkBusyIsTheExchangedBytesOverTheRate) {
   const Case& c = kCases[0];  // the 7.62B, bf16 streamed copy
   const ModelShape shape = ShapeOf(*PresetConfig(c.model));
-  Rates r = DefaultRates(shape, JobOf(c, 2));
-  r.cross_host_latency_s = 0;
-  r.cross_host_gbps = 25;
+  const Rates r = NetworkOf(c, 25);
   for (int hosts : {2, 4}) {
     SCOPED_TRACE(hosts);
     const StepPrediction p = Predict(c, hosts, &r);
@@ -208,10 +214,7 @@ TEST(HostsModel, FastNetworkAndMemoryLeaveTheUpdateHalved) {
   // The 7.62B at one sequence a GPU waits on the CPU update on one host; with two hosts
   // that have a network and host memory to spare, half the update is gone from the step.
   const Case& c = kCases[0];
-  const ModelShape shape = ShapeOf(*PresetConfig(c.model));
-  Rates r = DefaultRates(shape, JobOf(c, 2));
-  r.cross_host_gbps = 1e4;
-  r.cross_host_latency_s = 0;
+  Rates r = NetworkOf(c, 1e4);
   r.host_memory_gbps = 1e5;
   const StepPrediction one = Predict(c, 1, &r), two = Predict(c, 2, &r);
   EXPECT_EQ(one.bottleneck, kResCpuUpdate);
@@ -248,9 +251,7 @@ TEST(HostsModel, ResidentUnitsSumTheirFp32GradientOverTheHostsAndLeaveTheCpuUpda
   // the streamed units exchange as before, and only they take CPU update time.
   const Case& c = kCases[0];
   const ModelShape shape = ShapeOf(*PresetConfig(c.model));
-  Rates r = DefaultRates(shape, JobOf(c, 2));
-  r.cross_host_latency_s = 0;
-  r.cross_host_gbps = 25;
+  const Rates r = NetworkOf(c, 25);
   PlanKnobs k = KnobsOf(c);
   k.policy.resident_units = 9;
   const StepPrediction resident = PredictStep(shape, JobOf(c, 2), k, r);
@@ -274,8 +275,7 @@ TEST(HostsModel, ResidentUnitsSumTheirFp32GradientOverTheHostsAndLeaveTheCpuUpda
   EXPECT_LT(resident.busy.at(kResCpuUpdate), streamed.busy.at(kResCpuUpdate));
   // With a network and host memory to spare, the resident units' CPU update leaves
   // the step: faster than every unit streamed over the same two hosts.
-  Rates fast = r;
-  fast.cross_host_gbps = 1e4;
+  Rates fast = NetworkOf(c, 1e4);
   fast.host_memory_gbps = 1e5;
   EXPECT_LT(PredictStep(shape, JobOf(c, 2), k, fast).step_seconds,
             PredictStep(shape, JobOf(c, 2), KnobsOf(c), fast).step_seconds);
