@@ -21,6 +21,13 @@
 
 namespace slidedp {
 
+absl::StatusOr<bool> SameOnEveryHost(HostGroup& g, double mine) {
+  std::vector<double> v{mine, mine * mine};
+  if (absl::Status s = g.AllReduceSum(v); !s.ok()) return s;
+  const double H = g.hosts();
+  return v[0] == H * mine && v[1] == H * mine * mine;
+}
+
 #ifndef SLIDEDP_WITH_GLOO
 
 absl::StatusOr<std::unique_ptr<HostGroup>> HostGroup::Connect(const HostGroupOptions&) {

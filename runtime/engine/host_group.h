@@ -72,4 +72,9 @@ class HostGroup {
   virtual absl::StatusOr<std::unique_ptr<HostGroup>> Channel(const std::string& name) = 0;
 };
 
+// Whether every host of `g` passed the same `mine` (all hosts call it together): the
+// sums over the hosts of the values and of their squares are H x and H x^2 only when
+// all are x. A host that failed its part passes a value no other can (say -1).
+absl::StatusOr<bool> SameOnEveryHost(HostGroup& g, double mine);
+
 }  // namespace slidedp

@@ -29,20 +29,18 @@ absl::StatusOr<std::unique_ptr<ResidentState>> ResidentState::Create(HostState* 
       GuardExceptions("allocating the resident units", [&] { return r->Allocate(devices); });
   if (hosts != nullptr) {
     // Every host must hold the same units (each step sums their gradients over the
-    // hosts): the counts and their squares summed are H n and H n^2 only when all are n;
-    // a host whose GPU could not hold them counts -1, so that all fail together rather
-    // than some waiting in the gather below.
-    const double mine = allocated.ok() ? static_cast<double>(placement.units) : -1.0;
-    std::vector<double> v{mine, mine * mine};
-    if (absl::Status s = hosts->AllReduceSum(v); !s.ok()) return s;
+    // hosts); a host whose GPU could not hold them counts -1, so that all fail together
+    // rather than some waiting in the gather below.
+    absl::StatusOr<bool> same =
+        SameOnEveryHost(*hosts, allocated.ok() ? static_cast<double>(placement.units) : -1.0);
+    if (!same.ok()) return same.status();
     if (!allocated.ok()) {
       // Not RESOURCE_EXHAUSTED: a smaller plan on this host alone would meet no one.
       return absl::FailedPreconditionError(absl::StrCat(
           "policy.resident_units: ", placement.units, " units do not fit on host ", hosts->rank(),
           "'s GPUs (", allocated.message(), "); lower it in every host's spec"));
     }
-    const double H = hosts->hosts();
-    if (v[0] != H * mine || v[1] != H * mine * mine) {
+    if (!*same) {
       return absl::FailedPreconditionError(absl::StrCat(
           "policy.resident_units: host ", hosts->rank(), " holds ", placement.units,
           " units on its GPUs but another host holds a different number (or could not allocate them); "

@@ -128,14 +128,11 @@ absl::Status EngineTrainer::Restore(const std::string& job_from) {
   }
   absl::Status restored = RestoreHere(HostCheckpointDir(job_from));
   if (hosts_.trainer == nullptr) return restored;
-  // Every host must continue from the same step: sum the steps and their squares (equal
-  // only when all are equal), a failed restore counting as step -1.
-  const double mine = restored.ok() ? static_cast<double>(step_) : -1.0;
-  std::vector<double> v{mine, mine * mine};
-  if (absl::Status s = hosts_.trainer->AllReduceSum(v); !s.ok()) return s;
+  // Every host must continue from the same step, a failed restore counting as step -1.
+  absl::StatusOr<bool> same = SameOnEveryHost(*hosts_.trainer, restored.ok() ? static_cast<double>(step_) : -1.0);
+  if (!same.ok()) return same.status();
   if (!restored.ok()) return restored;
-  const double H = hosts_.trainer->hosts();
-  if (v[0] != H * mine || v[1] != H * mine * mine) {
+  if (!*same) {
     return absl::FailedPreconditionError(absl::StrCat(
         "resume_from: host ", hosts_.trainer->rank(), " found step ", step_,
         " but not every host has a checkpoint of that step (or one failed to restore)"));
