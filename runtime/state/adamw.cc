@@ -153,6 +153,25 @@ void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<
   }
 }
 
+// The same elements with bf16 moments in one pass (AdamWBf16MomentsTile), span by span,
+// where the spans cover [b, e) (they always do for a unit); otherwise StoredTile's
+// decode, update and encode.
+void Bf16MomentsTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
+                     int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv,
+                     int64_t first_index, int64_t step) {
+  int64_t covered = 0;
+  for (const DecaySpan& s : spans) covered += std::max<int64_t>(0, std::min(s.end, e) - std::max(s.begin, b));
+  if (covered != e - b) return StoredTile(isa, spans, coeffs, b, e, param, grad, gp, mv, first_index, step);
+  auto* m = static_cast<uint16_t*>(mv.m);
+  auto* v = static_cast<uint16_t*>(mv.v);
+  for (size_t k = 0; k < spans.size(); ++k) {
+    const int64_t sb = std::max(spans[k].begin, b), se = std::min(spans[k].end, e);
+    if (se <= sb) continue;
+    adamw_internal::AdamWBf16MomentsTile(isa, coeffs[k], se - sb, param + sb, grad != nullptr ? grad + sb : nullptr,
+                                         grad != nullptr ? nullptr : gp + sb, m + sb, v + sb);
+  }
+}
+
 }  // namespace
 
 void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
@@ -160,8 +179,9 @@ void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans,
                        int64_t first_index, int threads) {
   const Isa isa = BestIsa();
   const std::vector<Coeffs> coeffs = SpanCoeffs(h, spans);
+  const auto tile = moments.dtype == MomentDtype::kBf16 ? Bf16MomentsTile : StoredTile;
   ForEachTile(n, ResolveThreads(threads), [&](int64_t b, int64_t e) {
-    StoredTile(isa, spans, coeffs, b, e, param, grad, gp, moments, first_index, h.step);
+    tile(isa, spans, coeffs, b, e, param, grad, gp, moments, first_index, h.step);
   });
 }
 

@@ -56,7 +56,8 @@ struct DecaySpan {
 // AdamW with the moments stored as `moments` says (moment_codec.h, optimizer.state_dtype)
 // over elements [0, n): tile by tile, m and v are decoded to fp32, updated with exactly
 // AdamWUpdate's arithmetic (each span of `spans`, which cover [0, n), with its own weight
-// decay; h.weight_decay is not used) and encoded back, in one pass over memory. The
+// decay; h.weight_decay is not used) and encoded back, in one pass over memory (bf16
+// moments: widened and narrowed inside the update's own loop, AdamWBf16MomentsTile). The
 // gradient is fp32 `grad`, or, when `grad` is null, bf16 in `grad_then_param`, which
 // then receives the new parameters as AdamWUpdateBf16Grad writes them. `moments` points
 // at element 0, which must start a quantization block (a multiple of kMomentBlock from

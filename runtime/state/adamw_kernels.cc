@@ -7,10 +7,7 @@
 
 #include <cmath>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define SLIDEDP_X86_KERNELS 1
-#endif
+#include "runtime/state/simd_lanes.h"
 
 namespace slidedp {
 namespace adamw_internal {
@@ -30,76 +27,145 @@ double SumSquaresScalar(const float* x, int64_t n) {
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+// One element of AdamWBf16MomentsTile: the moments and a bf16 gradient widened, the
+// element's update, the moments (and the new parameter, with a bf16 gradient) narrowed.
+inline void AdamWBf16MomentsElement(const Coeffs& c, int64_t i, float* p, const float* grad, uint16_t* gp,
+                                    uint16_t* m, uint16_t* v) {
+  float mi = WidenBf16(m[i]), vi = WidenBf16(v[i]);
+  AdamWElement(c, p + i, grad != nullptr ? grad[i] : WidenBf16(gp[i]), &mi, &vi);
+  m[i] = Bf16Bits(mi);
+  v[i] = Bf16Bits(vi);
+  if (grad == nullptr) gp[i] = Bf16Bits(p[i]);
+}
+
+void AdamWBf16MomentsScalar(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp, uint16_t* m,
+                            uint16_t* v) {
+  for (int64_t i = 0; i < n; ++i) AdamWBf16MomentsElement(c, i, p, grad, gp, m, v);
+}
+
 #ifdef SLIDEDP_X86_KERNELS
 
+using lanes::kAll16;
+using lanes::kAll8;
+
 // Rounded() for vectors: keeps `p * decay` out of an FMA with the final addition.
-__attribute__((target("avx2,fma"))) inline __m256 Rounded256(__m256 x) {
+SLIDEDP_AVX2 inline __m256 Rounded256(__m256 x) {
   asm("" : "+x"(x));
   return x;
 }
 
-__attribute__((target("avx2,fma"))) void AdamWAvx2(const Coeffs& c, int64_t n, float* p,
-                                                   const float* g, float* m, float* v, float* sv) {
-  const __m256 scale = _mm256_set1_ps(c.grad_scale), decay = _mm256_set1_ps(c.decay);
-  const __m256 b1 = _mm256_set1_ps(c.beta1), omb1 = _mm256_set1_ps(c.one_minus_beta1);
-  const __m256 b2 = _mm256_set1_ps(c.beta2), omb2 = _mm256_set1_ps(c.one_minus_beta2);
-  const __m256 bias2 = _mm256_set1_ps(c.bias2_sqrt), eps = _mm256_set1_ps(c.eps);
-  const __m256 nss = _mm256_set1_ps(c.neg_step_size);
+// The coefficients in every lane, and AdamWElement's operations on 8 lanes: the new
+// parameter returned, m and v updated, the square root of the new v in `root`.
+struct Coeffs256 {
+  __m256 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
+};
+SLIDEDP_AVX2 inline Coeffs256 Broadcast256(const Coeffs& c) {
+  return {_mm256_set1_ps(c.grad_scale), _mm256_set1_ps(c.decay),      _mm256_set1_ps(c.beta1),
+          _mm256_set1_ps(c.one_minus_beta1), _mm256_set1_ps(c.beta2), _mm256_set1_ps(c.one_minus_beta2),
+          _mm256_set1_ps(c.bias2_sqrt), _mm256_set1_ps(c.eps),        _mm256_set1_ps(c.neg_step_size)};
+}
+SLIDEDP_AVX2 inline __m256 Step256(const Coeffs256& k, __m256 g_raw, __m256 p, __m256& m, __m256& v, __m256& root) {
+  const __m256 gi = _mm256_mul_ps(k.scale, g_raw);
+  const __m256 decayed = Rounded256(_mm256_mul_ps(p, k.decay));
+  m = _mm256_fmadd_ps(gi, k.omb1, _mm256_mul_ps(k.b1, m));
+  v = _mm256_fmadd_ps(_mm256_mul_ps(k.omb2, gi), gi, _mm256_mul_ps(k.b2, v));
+  root = _mm256_sqrt_ps(v);
+  const __m256 denom = _mm256_add_ps(_mm256_div_ps(root, k.bias2), k.eps);
+  return _mm256_add_ps(decayed, _mm256_div_ps(_mm256_mul_ps(k.nss, m), denom));
+}
+
+SLIDEDP_AVX2 void AdamWAvx2(const Coeffs& c, int64_t n, float* p, const float* g, float* m, float* v, float* sv) {
+  const Coeffs256 k = Broadcast256(c);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 gi = _mm256_mul_ps(scale, _mm256_loadu_ps(g + i));
-    const __m256 decayed = Rounded256(_mm256_mul_ps(_mm256_loadu_ps(p + i), decay));
-    const __m256 mi = _mm256_fmadd_ps(gi, omb1, _mm256_mul_ps(b1, _mm256_loadu_ps(m + i)));
-    const __m256 vi =
-        _mm256_fmadd_ps(_mm256_mul_ps(omb2, gi), gi, _mm256_mul_ps(b2, _mm256_loadu_ps(v + i)));
-    const __m256 root = _mm256_sqrt_ps(vi);
+    __m256 mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i), root;
+    const __m256 pi = Step256(k, _mm256_loadu_ps(g + i), _mm256_loadu_ps(p + i), mi, vi, root);
     if (sv != nullptr) _mm256_storeu_ps(sv + i, root);
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(root, bias2), eps);
-    const __m256 step = _mm256_div_ps(_mm256_mul_ps(nss, mi), denom);
-    _mm256_storeu_ps(p + i, _mm256_add_ps(decayed, step));
+    _mm256_storeu_ps(p + i, pi);
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
   }
   for (; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i, sv != nullptr ? sv + i : nullptr);
 }
 
-// All-lanes masks: the maskz forms of sqrt and cvtps_pd compute the same as the plain
-// ones, whose "undefined" pass-through operand makes GCC 12 warn.
-constexpr __mmask16 kAll16 = 0xFFFF;
-constexpr __mmask8 kAll8 = 0xFF;
+// 16 elements a time (two vectors, so that the narrowed ones are stored as 32 bytes).
+SLIDEDP_AVX2 void AdamWBf16MomentsAvx2(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp,
+                                       uint16_t* m, uint16_t* v) {
+  const Coeffs256 k = Broadcast256(c);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 m0 = lanes::WidenBf16x8(m + i), m1 = lanes::WidenBf16x8(m + i + 8);
+    __m256 v0 = lanes::WidenBf16x8(v + i), v1 = lanes::WidenBf16x8(v + i + 8), root;
+    const __m256 g0 = grad != nullptr ? _mm256_loadu_ps(grad + i) : lanes::WidenBf16x8(gp + i);
+    const __m256 g1 = grad != nullptr ? _mm256_loadu_ps(grad + i + 8) : lanes::WidenBf16x8(gp + i + 8);
+    const __m256 p0 = Step256(k, g0, _mm256_loadu_ps(p + i), m0, v0, root);
+    const __m256 p1 = Step256(k, g1, _mm256_loadu_ps(p + i + 8), m1, v1, root);
+    _mm256_storeu_ps(p + i, p0);
+    _mm256_storeu_ps(p + i + 8, p1);
+    lanes::StoreBf16x16(m + i, m0, m1);
+    lanes::StoreBf16x16(v + i, v0, v1);
+    if (grad == nullptr) lanes::StoreBf16x16(gp + i, p0, p1);
+  }
+  for (; i < n; ++i) AdamWBf16MomentsElement(c, i, p, grad, gp, m, v);
+}
 
-__attribute__((target("avx512f"))) inline __m512 Rounded512(__m512 x) {
+SLIDEDP_AVX512 inline __m512 Rounded512(__m512 x) {
   asm("" : "+v"(x));
   return x;
 }
 
-__attribute__((target("avx512f"))) void AdamWAvx512(const Coeffs& c, int64_t n, float* p,
-                                                    const float* g, float* m, float* v, float* sv) {
-  const __m512 scale = _mm512_set1_ps(c.grad_scale), decay = _mm512_set1_ps(c.decay);
-  const __m512 b1 = _mm512_set1_ps(c.beta1), omb1 = _mm512_set1_ps(c.one_minus_beta1);
-  const __m512 b2 = _mm512_set1_ps(c.beta2), omb2 = _mm512_set1_ps(c.one_minus_beta2);
-  const __m512 bias2 = _mm512_set1_ps(c.bias2_sqrt), eps = _mm512_set1_ps(c.eps);
-  const __m512 nss = _mm512_set1_ps(c.neg_step_size);
+struct Coeffs512 {
+  __m512 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
+};
+SLIDEDP_AVX512 inline Coeffs512 Broadcast512(const Coeffs& c) {
+  return {_mm512_set1_ps(c.grad_scale), _mm512_set1_ps(c.decay),      _mm512_set1_ps(c.beta1),
+          _mm512_set1_ps(c.one_minus_beta1), _mm512_set1_ps(c.beta2), _mm512_set1_ps(c.one_minus_beta2),
+          _mm512_set1_ps(c.bias2_sqrt), _mm512_set1_ps(c.eps),        _mm512_set1_ps(c.neg_step_size)};
+}
+SLIDEDP_AVX512 inline __m512 Step512(const Coeffs512& k, __m512 g_raw, __m512 p, __m512& m, __m512& v,
+                                     __m512& root) {
+  const __m512 gi = _mm512_mul_ps(k.scale, g_raw);
+  const __m512 decayed = Rounded512(_mm512_mul_ps(p, k.decay));
+  m = _mm512_fmadd_ps(gi, k.omb1, _mm512_mul_ps(k.b1, m));
+  v = _mm512_fmadd_ps(_mm512_mul_ps(k.omb2, gi), gi, _mm512_mul_ps(k.b2, v));
+  root = _mm512_maskz_sqrt_ps(kAll16, v);
+  const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, k.bias2), k.eps);
+  return _mm512_add_ps(decayed, _mm512_div_ps(_mm512_mul_ps(k.nss, m), denom));
+}
+
+SLIDEDP_AVX512 void AdamWAvx512(const Coeffs& c, int64_t n, float* p, const float* g, float* m, float* v,
+                                float* sv) {
+  const Coeffs512 k = Broadcast512(c);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 gi = _mm512_mul_ps(scale, _mm512_loadu_ps(g + i));
-    const __m512 decayed = Rounded512(_mm512_mul_ps(_mm512_loadu_ps(p + i), decay));
-    const __m512 mi = _mm512_fmadd_ps(gi, omb1, _mm512_mul_ps(b1, _mm512_loadu_ps(m + i)));
-    const __m512 vi =
-        _mm512_fmadd_ps(_mm512_mul_ps(omb2, gi), gi, _mm512_mul_ps(b2, _mm512_loadu_ps(v + i)));
-    const __m512 root = _mm512_maskz_sqrt_ps(kAll16, vi);
+    __m512 mi = _mm512_loadu_ps(m + i), vi = _mm512_loadu_ps(v + i), root;
+    const __m512 pi = Step512(k, _mm512_loadu_ps(g + i), _mm512_loadu_ps(p + i), mi, vi, root);
     if (sv != nullptr) _mm512_storeu_ps(sv + i, root);
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, bias2), eps);
-    const __m512 step = _mm512_div_ps(_mm512_mul_ps(nss, mi), denom);
-    _mm512_storeu_ps(p + i, _mm512_add_ps(decayed, step));
+    _mm512_storeu_ps(p + i, pi);
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
   }
   for (; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i, sv != nullptr ? sv + i : nullptr);
 }
 
+SLIDEDP_AVX512 void AdamWBf16MomentsAvx512(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp,
+                                           uint16_t* m, uint16_t* v) {
+  const Coeffs512 k = Broadcast512(c);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 mi = lanes::WidenBf16x16(m + i), vi = lanes::WidenBf16x16(v + i), root;
+    const __m512 g = grad != nullptr ? _mm512_loadu_ps(grad + i) : lanes::WidenBf16x16(gp + i);
+    const __m512 pi = Step512(k, g, _mm512_loadu_ps(p + i), mi, vi, root);
+    _mm512_storeu_ps(p + i, pi);
+    lanes::StoreBf16x16(m + i, mi);
+    lanes::StoreBf16x16(v + i, vi);
+    if (grad == nullptr) lanes::StoreBf16x16(gp + i, pi);
+  }
+  for (; i < n; ++i) AdamWBf16MomentsElement(c, i, p, grad, gp, m, v);
+}
+
 // Squares are exact in double (24-bit mantissas), so only the additions round.
-__attribute__((target("avx2,fma"))) double SumSquaresAvx2(const float* x, int64_t n) {
+SLIDEDP_AVX2 double SumSquaresAvx2(const float* x, int64_t n) {
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   __m256d a2 = _mm256_setzero_pd(), a3 = _mm256_setzero_pd();
   int64_t i = 0;
@@ -120,7 +186,7 @@ __attribute__((target("avx2,fma"))) double SumSquaresAvx2(const float* x, int64_
   return total + SumSquaresScalar(x + i, n - i);
 }
 
-__attribute__((target("avx512f"))) double SumSquaresAvx512(const float* x, int64_t n) {
+SLIDEDP_AVX512 double SumSquaresAvx512(const float* x, int64_t n) {
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   __m512d a2 = _mm512_setzero_pd(), a3 = _mm512_setzero_pd();
   int64_t i = 0;
@@ -213,6 +279,20 @@ void AdamWTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* g
 #endif
     default:
       return AdamWScalar(c, n, param, grad, m, v, sqrt_v);
+  }
+}
+
+void AdamWBf16MomentsTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp,
+                          uint16_t* m, uint16_t* v) {
+  switch (isa) {
+#ifdef SLIDEDP_X86_KERNELS
+    case Isa::kAvx512:
+      return AdamWBf16MomentsAvx512(c, n, param, grad, gp, m, v);
+    case Isa::kAvx2:
+      return AdamWBf16MomentsAvx2(c, n, param, grad, gp, m, v);
+#endif
+    default:
+      return AdamWBf16MomentsScalar(c, n, param, grad, gp, m, v);
   }
 }
 

@@ -87,6 +87,15 @@ inline float WidenBf16(uint16_t b) {
 void AdamWTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, float* m,
                float* v, float* sqrt_v = nullptr);
 
+// AdamW over elements [0, n) whose moments `m` and `v` are stored as bf16 bits, in one
+// pass: each element's moments widened, AdamWElement, the new moments narrowed
+// (Bf16Bits). The gradient is `grad` (fp32) or, when `grad` is null, the bf16 bits in
+// `gp`, which then receive the new parameters narrowed (the streamed copy); `gp` is not
+// touched otherwise. The same bits as DecodeMoments, AdamWTile, EncodeMoments and
+// NarrowBf16 one after the other. Requires IsaSupported(isa).
+void AdamWBf16MomentsTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp,
+                          uint16_t* m, uint16_t* v);
+
 // Sum of squares of x[0, n) in double with kernel `isa`; the order of additions depends
 // only on `isa` and `n`. Requires IsaSupported(isa).
 double SumSquaresTile(Isa isa, const float* x, int64_t n);

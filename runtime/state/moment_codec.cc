@@ -10,11 +10,7 @@
 #include <vector>
 
 #include "runtime/state/adamw_kernels.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define SLIDEDP_X86_KERNELS 1
-#endif
+#include "runtime/state/simd_lanes.h"
 
 namespace slidedp {
 
@@ -186,12 +182,9 @@ void EncodeInt8Scalar(const MomentView& mv, int64_t n, const float* m, const flo
 
 // ------------------------------------------------------------------ AVX-512
 
-#define SLIDEDP_AVX512 __attribute__((target("avx512f")))
-
-// All-lanes masks: the maskz forms compute the same as the plain ones, whose "undefined"
-// pass-through operand makes GCC 12 warn.
-constexpr __mmask16 kAll16 = 0xFFFF;
-
+using lanes::kAll16;
+using lanes::StoreBf16x16;
+using lanes::WidenBf16x16;
 
 SLIDEDP_AVX512 inline __m512 Abs512(__m512 x) {
   return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
@@ -206,20 +199,6 @@ SLIDEDP_AVX512 float AbsMax512(const float* x, int64_t n) {
   float r = AbsMax(x + i, n - i);
   for (float l : lanes) r = l > r ? l : r;
   return r;
-}
-
-SLIDEDP_AVX512 inline __m512 WidenBf16x16(const uint16_t* p) {
-  const __m512i w = _mm512_maskz_cvtepu16_epi32(kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16));
-}
-
-SLIDEDP_AVX512 inline void StoreBf16x16(uint16_t* p, __m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_maskz_srli_epi32(kAll16, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(kAll16, r));
 }
 
 // Mix32 lane by lane.
@@ -343,7 +322,7 @@ SLIDEDP_AVX512 void EncodeInt8Avx512(const MomentView& mv, int64_t n, const floa
 
 // ------------------------------------------------------------------ AVX2
 
-#define SLIDEDP_AVX2 __attribute__((target("avx2,fma")))
+using lanes::WidenBf16x8;
 
 SLIDEDP_AVX2 inline __m256 Abs256(__m256 x) {
   return _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
@@ -361,29 +340,9 @@ SLIDEDP_AVX2 float AbsMax256(const float* x, int64_t n) {
   return r;
 }
 
-SLIDEDP_AVX2 inline __m256 WidenBf16x8(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-
-// Bf16Bits of 8 lanes (round to nearest even, NaN to 0x7fc0), as 32-bit lanes.
-SLIDEDP_AVX2 inline __m256i Bf16Bits256(__m256 x) {
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
-}
-
 SLIDEDP_AVX2 void NarrowBf16Avx2(const float* in, int64_t n, uint16_t* out) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    // packus works within 128-bit halves: [a0-3 b0-3 | a4-7 b4-7]; the permute puts the
-    // 64-bit quarters in order a0-3 a4-7 b0-3 b4-7.
-    const __m256i packed = _mm256_packus_epi32(Bf16Bits256(_mm256_loadu_ps(in + i)),
-                                               Bf16Bits256(_mm256_loadu_ps(in + i + 8)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute4x64_epi64(packed, 0xD8));
-  }
+  for (; i + 16 <= n; i += 16) lanes::StoreBf16x16(out + i, _mm256_loadu_ps(in + i), _mm256_loadu_ps(in + i + 8));
   for (; i < n; ++i) out[i] = Bf16Bits(in[i]);
 }
 

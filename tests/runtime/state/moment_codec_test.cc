@@ -257,6 +257,69 @@ UpdateCase MakeCase(int64_t n, uint32_t seed) {
 // Three steps of the stored-moment update against its scalar reference, for 1, 2, 3
 // and 8 threads, fp32 and bf16 gradients, spans of different weight decay that start
 // mid-block.
+// The one-pass update of bf16 moments (every kernel, both gradient kinds) gives the bits
+// of the decode, the update, the encode and the copy's narrowing done one after the
+// other with the scalar kernels, also on edge values (NaN and infinite gradients and
+// moments, zeros, subnormals) and lengths that end mid-vector.
+TEST(MomentCodec, OnePassBf16UpdateEqualsDecodeUpdateEncode) {
+  const AdamWHyper h = [] {
+    AdamWHyper x;
+    x.lr = 1e-2f;
+    x.weight_decay = 0.1f;
+    x.grad_scale = 0.5f;
+    x.step = 3;
+    return x;
+  }();
+  const adamw_internal::Coeffs c = adamw_internal::MakeCoeffs(h);
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 1000}) {
+    UpdateCase base = MakeCase(n, 40 + n);
+    std::vector<uint16_t> m0(n), v0(n);
+    const std::vector<float> ms = Spread(n, 50 + n, false), vs = Spread(n, 60 + n, true);
+    for (int64_t i = 0; i < n; ++i) {
+      m0[i] = ToBf16(ms[i]);
+      v0[i] = ToBf16(vs[i]);
+    }
+    if (n >= 33) {
+      base.g[3] = std::numeric_limits<float>::quiet_NaN();
+      base.gp[3] = 0x7fc0;
+      base.g[9] = -std::numeric_limits<float>::infinity();
+      base.gp[9] = 0xff80;
+      m0[20] = 0x7f80;  // +inf
+      v0[21] = 0xffc1;  // a NaN with a payload
+      m0[22] = 0x0001;  // subnormals
+      v0[22] = 0x0003;
+      m0[23] = 0x8000;  // -0
+      base.p[24] = 0.0f;
+    }
+    for (bool bf16_grad : {false, true}) {
+      // The reference: the steps StoredTile takes, with the scalar kernels.
+      UpdateCase want = base;
+      std::vector<uint16_t> wm = m0, wv = v0;
+      std::vector<float> g(n), m(n), v(n);
+      for (int64_t i = 0; i < n; ++i) g[i] = bf16_grad ? adamw_internal::WidenBf16(want.gp[i]) : want.g[i];
+      adamw_internal::WidenBf16(Isa::kScalar, wm.data(), n, m.data());
+      adamw_internal::WidenBf16(Isa::kScalar, wv.data(), n, v.data());
+      adamw_internal::AdamWTile(Isa::kScalar, c, n, want.p.data(), g.data(), m.data(), v.data());
+      adamw_internal::NarrowBf16(Isa::kScalar, m.data(), n, wm.data());
+      adamw_internal::NarrowBf16(Isa::kScalar, v.data(), n, wv.data());
+      if (bf16_grad) adamw_internal::NarrowBf16(Isa::kScalar, want.p.data(), n, want.gp.data());
+      std::vector<Isa> isas = VectorIsas();
+      isas.push_back(Isa::kScalar);
+      for (Isa isa : isas) {
+        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " n=" << n << " bf16_grad=" << bf16_grad);
+        UpdateCase got = base;
+        std::vector<uint16_t> gm = m0, gv = v0;
+        adamw_internal::AdamWBf16MomentsTile(isa, c, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),
+                                             bf16_grad ? got.gp.data() : nullptr, gm.data(), gv.data());
+        EXPECT_EQ(std::memcmp(got.p.data(), want.p.data(), n * 4), 0);
+        EXPECT_EQ(gm, wm);
+        EXPECT_EQ(gv, wv);
+        EXPECT_EQ(got.gp, want.gp);  // untouched with an fp32 gradient
+      }
+    }
+  }
+}
+
 TEST(MomentCodec, StoredUpdateEqualsItsReferenceForEveryThreadCount) {
   const int64_t n = 3 * 16384 + 1000;  // several tiles, a partial last block
   const std::vector<DecaySpan> spans = {{0, 700, 0.1f}, {700, 20000, 0.0f}, {20000, n, 0.05f}};

@@ -1,0 +1,69 @@
+// Private to the update's kernels (adamw_kernels.cc, moment_codec.cc): the x86 vector
+// helpers both use, each the lane-by-lane form of a scalar function of adamw_kernels.h:
+// bf16 widening and narrowing (Bf16Bits: nearest even, NaN -> 0x7FC0) of 8 and 16
+// lanes. Compiled for their instruction set with target attributes; callers run them
+// only after IsaSupported() says the CPU has it. Threads: pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SLIDEDP_X86_KERNELS 1
+#define SLIDEDP_AVX2 __attribute__((target("avx2,fma")))
+#define SLIDEDP_AVX512 __attribute__((target("avx512f")))
+#endif
+
+#ifdef SLIDEDP_X86_KERNELS
+namespace slidedp {
+namespace adamw_internal {
+namespace lanes {
+
+// All-lanes masks: the maskz forms compute the same as the plain ones, whose "undefined"
+// pass-through operand makes GCC 12 warn.
+constexpr __mmask16 kAll16 = 0xFFFF;
+constexpr __mmask8 kAll8 = 0xFF;
+
+// ------------------------------------------------------------------ AVX2, 8 lanes
+
+SLIDEDP_AVX2 inline __m256 WidenBf16x8(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+// Bf16Bits of 8 lanes, as 32-bit lanes.
+SLIDEDP_AVX2 inline __m256i Bf16Bits256(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
+}
+
+// Bf16Bits of 16 lanes (a: elements 0-7, b: 8-15) stored at p. packus works within
+// 128-bit halves: [a0-3 b0-3 | a4-7 b4-7]; the permute puts the 64-bit quarters in order.
+SLIDEDP_AVX2 inline void StoreBf16x16(uint16_t* p, __m256 a, __m256 b) {
+  const __m256i packed = _mm256_packus_epi32(Bf16Bits256(a), Bf16Bits256(b));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xD8));
+}
+
+// ------------------------------------------------------------------ AVX-512, 16 lanes
+
+SLIDEDP_AVX512 inline __m512 WidenBf16x16(const uint16_t* p) {
+  const __m512i w = _mm512_maskz_cvtepu16_epi32(kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, w, 16));
+}
+
+SLIDEDP_AVX512 inline void StoreBf16x16(uint16_t* p, __m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_maskz_srli_epi32(kAll16, _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(kAll16, r));
+}
+
+}  // namespace lanes
+}  // namespace adamw_internal
+}  // namespace slidedp
+#endif  // SLIDEDP_X86_KERNELS
