@@ -17,8 +17,9 @@ BUILD_PKGS=(
   libgloo-dev
 )
 # prometheus brings promtool and a server that the metrics test scrapes with; systemd
-# brings systemd-analyze, which checks deploy/systemd (in a container too).
-TEST_PKGS=(python3 python3-grpcio python3-protobuf prometheus systemd)
+# brings systemd-analyze, which checks deploy/systemd (in a container too); libsimde-dev
+# lets the AVX-512 update kernels be tested on any CPU (tests/CMakeLists.txt).
+TEST_PKGS=(python3 python3-grpcio python3-protobuf prometheus systemd libsimde-dev)
 
 FUZZ_PKGS=(clang-14 libclang-rt-14-dev)
 

@@ -50,7 +50,11 @@ using lanes::kAll8;
 
 // Rounded() for vectors: keeps `p * decay` out of an FMA with the final addition.
 SLIDEDP_AVX2 inline __m256 Rounded256(__m256 x) {
+#ifdef SLIDEDP_SIMD_EMULATED
+  asm("" : "+m"(x));  // a SIMDe vector is a struct: through memory
+#else
   asm("" : "+x"(x));
+#endif
   return x;
 }
 
@@ -110,7 +114,11 @@ SLIDEDP_AVX2 void AdamWBf16MomentsAvx2(const Coeffs& c, int64_t n, float* p, con
 }
 
 SLIDEDP_AVX512 inline __m512 Rounded512(__m512 x) {
+#ifdef SLIDEDP_SIMD_EMULATED
+  asm("" : "+m"(x));
+#else
   asm("" : "+v"(x));
+#endif
   return x;
 }
 
@@ -233,7 +241,11 @@ bool IsaSupported(Isa isa) {
   switch (isa) {
     case Isa::kScalar:
       return true;
-#ifdef SLIDEDP_X86_KERNELS
+#if defined(SLIDEDP_SIMD_EMULATED)
+    case Isa::kAvx2:
+    case Isa::kAvx512:
+      return true;  // emulated: any CPU runs them
+#elif defined(SLIDEDP_X86_KERNELS)
     case Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case Isa::kAvx512:

@@ -7,7 +7,16 @@
 
 #include <cstdint>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(SLIDEDP_SIMD_EMULATED)
+// The same kernels over SIMDe's portable definitions of the intrinsics (a test build,
+// tests/runtime/state/CMakeLists.txt: the AVX-512 kernels checked on any CPU).
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#include "runtime/state/simd_emulated.h"
+#define SLIDEDP_X86_KERNELS 1
+#define SLIDEDP_AVX2
+#define SLIDEDP_AVX512
+#elif defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SLIDEDP_X86_KERNELS 1
 #define SLIDEDP_AVX2 __attribute__((target("avx2,fma")))
