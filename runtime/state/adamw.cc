@@ -91,12 +91,7 @@ void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t*
   const Coeffs c = adamw_internal::MakeCoeffs(h);
   const Isa isa = BestIsa();
   ForEachTile(n, ResolveThreads(threads), [&](int64_t b, int64_t e) {
-    // One tile: widen the gradient into a cache-resident buffer, update, narrow back.
-    alignas(64) float g[kTile];
-    const int64_t len = e - b;
-    adamw_internal::WidenBf16(isa, gp + b, len, g);
-    adamw_internal::AdamWTile(isa, c, len, param + b, g, m + b, v + b);
-    adamw_internal::NarrowBf16(isa, param + b, len, gp + b);
+    adamw_internal::AdamWOnePassTile(isa, c, e - b, param + b, nullptr, gp + b, m + b, v + b);
   });
 }
 
@@ -153,7 +148,7 @@ void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<
   }
 }
 
-// The same elements with bf16 moments in one pass (AdamWBf16MomentsTile), span by span,
+// The same elements with bf16 moments in one pass (AdamWOnePassTile), span by span,
 // where the spans cover [b, e) (they always do for a unit); otherwise StoredTile's
 // decode, update and encode.
 void Bf16MomentsTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
@@ -167,7 +162,7 @@ void Bf16MomentsTile(Isa isa, const std::vector<DecaySpan>& spans, const std::ve
   for (size_t k = 0; k < spans.size(); ++k) {
     const int64_t sb = std::max(spans[k].begin, b), se = std::min(spans[k].end, e);
     if (se <= sb) continue;
-    adamw_internal::AdamWBf16MomentsTile(isa, coeffs[k], se - sb, param + sb, grad != nullptr ? grad + sb : nullptr,
+    adamw_internal::AdamWOnePassTile(isa, coeffs[k], se - sb, param + sb, grad != nullptr ? grad + sb : nullptr,
                                          grad != nullptr ? nullptr : gp + sb, m + sb, v + sb);
   }
 }

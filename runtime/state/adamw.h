@@ -41,8 +41,8 @@ void AdamWUpdate(const AdamWHyper& h, int64_t n, float* param, const float* grad
 // AdamW with a bf16 gradient held in the streamed bf16 copy of the parameters: reads
 // the gradient from `grad_then_param`, updates param (fp32 master), m and v as
 // AdamWUpdate does, and writes the new parameters rounded to bf16 (to nearest even, as
-// LibTorch converts) into `grad_then_param`. Tile by tile, so the copy is read and
-// written once.
+// LibTorch converts) into `grad_then_param`. In one pass (AdamWOnePassTile), so every
+// buffer is read and written once.
 void AdamWUpdateBf16Grad(const AdamWHyper& h, int64_t n, float* param, uint16_t* grad_then_param,
                          float* m, float* v, int threads = 0);
 
@@ -57,7 +57,7 @@ struct DecaySpan {
 // over elements [0, n): tile by tile, m and v are decoded to fp32, updated with exactly
 // AdamWUpdate's arithmetic (each span of `spans`, which cover [0, n), with its own weight
 // decay; h.weight_decay is not used) and encoded back, in one pass over memory (bf16
-// moments: widened and narrowed inside the update's own loop, AdamWBf16MomentsTile). The
+// moments: widened and narrowed inside the update's own loop, AdamWOnePassTile). The
 // gradient is fp32 `grad`, or, when `grad` is null, bf16 in `grad_then_param`, which
 // then receives the new parameters as AdamWUpdateBf16Grad writes them. `moments` points
 // at element 0, which must start a quantization block (a multiple of kMomentBlock from

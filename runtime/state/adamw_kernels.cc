@@ -27,20 +27,26 @@ double SumSquaresScalar(const float* x, int64_t n) {
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
-// One element of AdamWBf16MomentsTile: the moments and a bf16 gradient widened, the
-// element's update, the moments (and the new parameter, with a bf16 gradient) narrowed.
-inline void AdamWBf16MomentsElement(const Coeffs& c, int64_t i, float* p, const float* grad, uint16_t* gp,
-                                    uint16_t* m, uint16_t* v) {
-  float mi = WidenBf16(m[i]), vi = WidenBf16(v[i]);
+// Moments as stored for AdamWOnePassTile: fp32, or bf16 bits widened and narrowed.
+inline float LoadMoment(const float* x) { return *x; }
+inline float LoadMoment(const uint16_t* x) { return WidenBf16(*x); }
+inline void StoreMoment(float* x, float y) { *x = y; }
+inline void StoreMoment(uint16_t* x, float y) { *x = Bf16Bits(y); }
+
+// One element of AdamWOnePassTile.
+template <typename Moment>
+inline void OnePassElement(const Coeffs& c, int64_t i, float* p, const float* grad, uint16_t* gp, Moment* m,
+                           Moment* v) {
+  float mi = LoadMoment(m + i), vi = LoadMoment(v + i);
   AdamWElement(c, p + i, grad != nullptr ? grad[i] : WidenBf16(gp[i]), &mi, &vi);
-  m[i] = Bf16Bits(mi);
-  v[i] = Bf16Bits(vi);
+  StoreMoment(m + i, mi);
+  StoreMoment(v + i, vi);
   if (grad == nullptr) gp[i] = Bf16Bits(p[i]);
 }
 
-void AdamWBf16MomentsScalar(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp, uint16_t* m,
-                            uint16_t* v) {
-  for (int64_t i = 0; i < n; ++i) AdamWBf16MomentsElement(c, i, p, grad, gp, m, v);
+template <typename Moment>
+void OnePassScalar(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp, Moment* m, Moment* v) {
+  for (int64_t i = 0; i < n; ++i) OnePassElement(c, i, p, grad, gp, m, v);
 }
 
 #ifdef SLIDEDP_X86_KERNELS
@@ -92,25 +98,32 @@ SLIDEDP_AVX2 void AdamWAvx2(const Coeffs& c, int64_t n, float* p, const float* g
   for (; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i, sv != nullptr ? sv + i : nullptr);
 }
 
-// 16 elements a time (two vectors, so that the narrowed ones are stored as 32 bytes).
-SLIDEDP_AVX2 void AdamWBf16MomentsAvx2(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp,
-                                       uint16_t* m, uint16_t* v) {
+SLIDEDP_AVX2 inline __m256 Load8(const float* x) { return _mm256_loadu_ps(x); }
+SLIDEDP_AVX2 inline __m256 Load8(const uint16_t* x) { return lanes::WidenBf16x8(x); }
+SLIDEDP_AVX2 inline void Store16(float* x, __m256 a, __m256 b) {
+  _mm256_storeu_ps(x, a);
+  _mm256_storeu_ps(x + 8, b);
+}
+SLIDEDP_AVX2 inline void Store16(uint16_t* x, __m256 a, __m256 b) { lanes::StoreBf16x16(x, a, b); }
+
+// 16 elements a time (two vectors, so that bf16 ones are stored as 32 bytes).
+template <typename Moment>
+SLIDEDP_AVX2 void OnePassAvx2(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp, Moment* m,
+                              Moment* v) {
   const Coeffs256 k = Broadcast256(c);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256 m0 = lanes::WidenBf16x8(m + i), m1 = lanes::WidenBf16x8(m + i + 8);
-    __m256 v0 = lanes::WidenBf16x8(v + i), v1 = lanes::WidenBf16x8(v + i + 8), root;
+    __m256 m0 = Load8(m + i), m1 = Load8(m + i + 8), v0 = Load8(v + i), v1 = Load8(v + i + 8), root;
     const __m256 g0 = grad != nullptr ? _mm256_loadu_ps(grad + i) : lanes::WidenBf16x8(gp + i);
     const __m256 g1 = grad != nullptr ? _mm256_loadu_ps(grad + i + 8) : lanes::WidenBf16x8(gp + i + 8);
     const __m256 p0 = Step256(k, g0, _mm256_loadu_ps(p + i), m0, v0, root);
     const __m256 p1 = Step256(k, g1, _mm256_loadu_ps(p + i + 8), m1, v1, root);
-    _mm256_storeu_ps(p + i, p0);
-    _mm256_storeu_ps(p + i + 8, p1);
-    lanes::StoreBf16x16(m + i, m0, m1);
-    lanes::StoreBf16x16(v + i, v0, v1);
+    Store16(p + i, p0, p1);
+    Store16(m + i, m0, m1);
+    Store16(v + i, v0, v1);
     if (grad == nullptr) lanes::StoreBf16x16(gp + i, p0, p1);
   }
-  for (; i < n; ++i) AdamWBf16MomentsElement(c, i, p, grad, gp, m, v);
+  for (; i < n; ++i) OnePassElement(c, i, p, grad, gp, m, v);
 }
 
 SLIDEDP_AVX512 inline __m512 Rounded512(__m512 x) {
@@ -156,20 +169,26 @@ SLIDEDP_AVX512 void AdamWAvx512(const Coeffs& c, int64_t n, float* p, const floa
   for (; i < n; ++i) AdamWElement(c, p + i, g[i], m + i, v + i, sv != nullptr ? sv + i : nullptr);
 }
 
-SLIDEDP_AVX512 void AdamWBf16MomentsAvx512(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp,
-                                           uint16_t* m, uint16_t* v) {
+SLIDEDP_AVX512 inline __m512 Load16(const float* x) { return _mm512_loadu_ps(x); }
+SLIDEDP_AVX512 inline __m512 Load16(const uint16_t* x) { return lanes::WidenBf16x16(x); }
+SLIDEDP_AVX512 inline void Store16(float* x, __m512 a) { _mm512_storeu_ps(x, a); }
+SLIDEDP_AVX512 inline void Store16(uint16_t* x, __m512 a) { lanes::StoreBf16x16(x, a); }
+
+template <typename Moment>
+SLIDEDP_AVX512 void OnePassAvx512(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp, Moment* m,
+                                  Moment* v) {
   const Coeffs512 k = Broadcast512(c);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m512 mi = lanes::WidenBf16x16(m + i), vi = lanes::WidenBf16x16(v + i), root;
+    __m512 mi = Load16(m + i), vi = Load16(v + i), root;
     const __m512 g = grad != nullptr ? _mm512_loadu_ps(grad + i) : lanes::WidenBf16x16(gp + i);
     const __m512 pi = Step512(k, g, _mm512_loadu_ps(p + i), mi, vi, root);
-    _mm512_storeu_ps(p + i, pi);
-    lanes::StoreBf16x16(m + i, mi);
-    lanes::StoreBf16x16(v + i, vi);
+    Store16(p + i, pi);
+    Store16(m + i, mi);
+    Store16(v + i, vi);
     if (grad == nullptr) lanes::StoreBf16x16(gp + i, pi);
   }
-  for (; i < n; ++i) AdamWBf16MomentsElement(c, i, p, grad, gp, m, v);
+  for (; i < n; ++i) OnePassElement(c, i, p, grad, gp, m, v);
 }
 
 // Squares are exact in double (24-bit mantissas), so only the additions round.
@@ -294,18 +313,31 @@ void AdamWTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* g
   }
 }
 
-void AdamWBf16MomentsTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp,
-                          uint16_t* m, uint16_t* v) {
+namespace {
+template <typename Moment>
+void OnePass(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp, Moment* m,
+             Moment* v) {
   switch (isa) {
 #ifdef SLIDEDP_X86_KERNELS
     case Isa::kAvx512:
-      return AdamWBf16MomentsAvx512(c, n, param, grad, gp, m, v);
+      return OnePassAvx512(c, n, param, grad, gp, m, v);
     case Isa::kAvx2:
-      return AdamWBf16MomentsAvx2(c, n, param, grad, gp, m, v);
+      return OnePassAvx2(c, n, param, grad, gp, m, v);
 #endif
     default:
-      return AdamWBf16MomentsScalar(c, n, param, grad, gp, m, v);
+      return OnePassScalar(c, n, param, grad, gp, m, v);
   }
+}
+}  // namespace
+
+void AdamWOnePassTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp, float* m,
+                      float* v) {
+  OnePass(isa, c, n, param, grad, gp, m, v);
+}
+
+void AdamWOnePassTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp,
+                      uint16_t* m, uint16_t* v) {
+  OnePass(isa, c, n, param, grad, gp, m, v);
 }
 
 double SumSquaresTile(Isa isa, const float* x, int64_t n) {

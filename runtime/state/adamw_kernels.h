@@ -87,14 +87,17 @@ inline float WidenBf16(uint16_t b) {
 void AdamWTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, float* m,
                float* v, float* sqrt_v = nullptr);
 
-// AdamW over elements [0, n) whose moments `m` and `v` are stored as bf16 bits, in one
-// pass: each element's moments widened, AdamWElement, the new moments narrowed
-// (Bf16Bits). The gradient is `grad` (fp32) or, when `grad` is null, the bf16 bits in
-// `gp`, which then receive the new parameters narrowed (the streamed copy); `gp` is not
-// touched otherwise. The same bits as DecodeMoments, AdamWTile, EncodeMoments and
-// NarrowBf16 one after the other. Requires IsaSupported(isa).
-void AdamWBf16MomentsTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp,
-                          uint16_t* m, uint16_t* v);
+// AdamW over elements [0, n) in one pass, each element's operands read once and its
+// results written once: the moments `m` and `v` fp32, or bf16 bits widened before and
+// narrowed (Bf16Bits) after AdamWElement; the gradient `grad` (fp32) or, when `grad` is
+// null, the bf16 bits in `gp`, which then receive the new parameters narrowed (the
+// streamed copy); `gp` is not touched otherwise. The same bits as widening the gradient
+// and the moments, AdamWTile, and narrowing the moments and the parameters one after the
+// other. Requires IsaSupported(isa).
+void AdamWOnePassTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp, float* m,
+                      float* v);
+void AdamWOnePassTile(Isa isa, const Coeffs& c, int64_t n, float* param, const float* grad, uint16_t* gp,
+                      uint16_t* m, uint16_t* v);
 
 // Sum of squares of x[0, n) in double with kernel `isa`; the order of additions depends
 // only on `isa` and `n`. Requires IsaSupported(isa).

@@ -160,6 +160,73 @@ TEST(AdamWKernelTest, EveryIsaIsBitIdenticalToReference) {
   }
 }
 
+// The one pass with fp32 moments (every kernel, fp32 or bf16 gradient) gives the bits of
+// the gradient widened, AdamWTile, and the parameters narrowed into the copy, one after
+// the other with the scalar kernels, non-finite gradients included.
+TEST(AdamWKernelTest, OnePassWithFp32MomentsEqualsWidenUpdateNarrow) {
+  const adamw_internal::Coeffs c = adamw_internal::MakeCoeffs(Hyper(0.1f, 0.75f, 3));
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 1000}) {
+    Buffers base = RandomBuffers(n, 30 + n);
+    std::vector<uint16_t> gp0(n);
+    for (int64_t i = 0; i < n; ++i) gp0[i] = adamw_internal::Bf16Bits(base.g[i]);
+    if (n >= 33) {
+      base.g[5] = std::nanf("");
+      gp0[5] = 0x7fc0;
+      base.g[20] = -INFINITY;
+      gp0[20] = 0xff80;
+    }
+    for (bool bf16_grad : {false, true}) {
+      Buffers want = base;
+      std::vector<uint16_t> want_gp = gp0;
+      std::vector<float> g = want.g;
+      if (bf16_grad) adamw_internal::WidenBf16(Isa::kScalar, want_gp.data(), n, g.data());
+      adamw_internal::AdamWTile(Isa::kScalar, c, n, want.p.data(), g.data(), want.m.data(), want.v.data());
+      if (bf16_grad) adamw_internal::NarrowBf16(Isa::kScalar, want.p.data(), n, want_gp.data());
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        if (!adamw_internal::IsaSupported(isa)) continue;
+        SCOPED_TRACE(std::string(adamw_internal::IsaName(isa)) + " n=" + std::to_string(n) +
+                     " bf16_grad=" + std::to_string(bf16_grad));
+        Buffers got = base;
+        std::vector<uint16_t> got_gp = gp0;
+        adamw_internal::AdamWOnePassTile(isa, c, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),
+                                         bf16_grad ? got_gp.data() : nullptr, got.m.data(), got.v.data());
+        EXPECT_TRUE(BitEqual(want.p, got.p));
+        EXPECT_TRUE(BitEqual(want.m, got.m));
+        EXPECT_TRUE(BitEqual(want.v, got.v));
+        EXPECT_EQ(want_gp, got_gp);  // untouched with an fp32 gradient
+      }
+    }
+  }
+}
+
+// The engine's fp32-moment update from a bf16 gradient in the streamed copy: the
+// reference on the widened gradient, the new parameters narrowed into the copy, for every
+// thread count and sizes around the tiles.
+TEST(AdamWUpdateTest, Bf16GradientEqualsTheReferenceOnItsWidenedValues) {
+  for (int64_t n : {int64_t{5}, int64_t{16383}, int64_t{16385}, int64_t{50001}}) {
+    Buffers ref = RandomBuffers(n, 70 + n);
+    std::vector<uint16_t> gp(n), want_gp(n);
+    for (int64_t i = 0; i < n; ++i) {
+      gp[i] = adamw_internal::Bf16Bits(ref.g[i]);
+      ref.g[i] = adamw_internal::WidenBf16(gp[i]);
+    }
+    const AdamWHyper h = Hyper(0.05f, 1.0f, 2);
+    Buffers want = ref;
+    AdamWReference(h, n, want.p.data(), want.g.data(), want.m.data(), want.v.data());
+    for (int64_t i = 0; i < n; ++i) want_gp[i] = adamw_internal::Bf16Bits(want.p[i]);
+    for (int threads : {1, 2, 3, 8}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " threads=" + std::to_string(threads));
+      Buffers got = ref;
+      std::vector<uint16_t> got_gp = gp;
+      AdamWUpdateBf16Grad(h, n, got.p.data(), got_gp.data(), got.m.data(), got.v.data(), threads);
+      EXPECT_TRUE(BitEqual(want.p, got.p));
+      EXPECT_TRUE(BitEqual(want.m, got.m));
+      EXPECT_TRUE(BitEqual(want.v, got.v));
+      EXPECT_EQ(want_gp, got_gp);
+    }
+  }
+}
+
 class AdamWUpdateTest : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(AdamWUpdateTest, MatchesReferenceWithAndWithoutDecay) {

@@ -309,7 +309,7 @@ TEST(MomentCodec, OnePassBf16UpdateEqualsDecodeUpdateEncode) {
         SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " n=" << n << " bf16_grad=" << bf16_grad);
         UpdateCase got = base;
         std::vector<uint16_t> gm = m0, gv = v0;
-        adamw_internal::AdamWBf16MomentsTile(isa, c, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),
+        adamw_internal::AdamWOnePassTile(isa, c, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),
                                              bf16_grad ? got.gp.data() : nullptr, gm.data(), gv.data());
         EXPECT_EQ(std::memcmp(got.p.data(), want.p.data(), n * 4), 0);
         EXPECT_EQ(gm, wm);
