@@ -162,6 +162,9 @@ struct TrainConfig {
   int64_t global_batch_sequences() const { return micro_batch_size * grad_accum * workers; }
   int64_t job_batch_sequences() const { return global_batch_sequences() * hosts.count; }
   int64_t tokens_per_step() const { return global_batch_sequences() * seq_len; }
+  // The dtype the model computes in: bf16 on cuda whatever compute_dtype says (the fp32
+  // master weights stay on the host), compute_dtype on the CPU device.
+  ComputeDtype computed_in() const { return device == DeviceKind::kCuda ? ComputeDtype::kBf16 : compute_dtype; }
 };
 
 // Checks ranges and enumerations; the error names the field.

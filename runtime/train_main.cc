@@ -104,11 +104,12 @@ void PrintJob(const Trainer& trainer) {
   const TrainConfig& c = trainer.config();
   const ModelConfig& m = trainer.model_config();
   std::printf(
-      "slidedp-train: model %s (%s, %lld layers, %.1fM parameters) | %s x%d | %s | "
+      "slidedp-train: model %s (%s, %lld layers, %.1fM parameters) | %s x%d | %s compute, %s moments | "
       "%lld tokens/step%s | %lld steps\n",
       c.model.c_str(), std::string(FamilyName(m.family)).c_str(),
       static_cast<long long>(m.num_layers), trainer.num_parameters() / 1e6, NameOf(c.device),
-      c.workers, NameOf(c.compute_dtype), static_cast<long long>(c.tokens_per_step() * c.hosts.count),
+      c.workers, NameOf(c.computed_in()), NameOf(c.optimizer.state_dtype),
+      static_cast<long long>(c.tokens_per_step() * c.hosts.count),
       c.hosts.count > 1 ? absl::StrFormat(" | host %d of %d", c.hosts.rank, c.hosts.count).c_str() : "",
       static_cast<long long>(c.steps));
   std::fflush(stdout);

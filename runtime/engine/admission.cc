@@ -199,8 +199,7 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
   const UnitSizes u = SizesOf(model);
   const bool cuda = config.device == DeviceKind::kCuda;
   const double W = std::max(1, config.workers);
-  // The compute dtype's bytes, as Trainer::Create picks it.
-  const double dt = cuda || config.compute_dtype == ComputeDtype::kBf16 ? 2 : 4;
+  const double dt = config.computed_in() == ComputeDtype::kBf16 ? 2 : 4;  // the compute dtype's bytes
   const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);
   const bool bf16_landing =
       LandsInBf16(config.policy.grad_landing, config.policy.grad_route, cuda, config.workers);

@@ -346,8 +346,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateEngine(const TrainConfig& request
                                                       PlanManager plan, TrainerInputs inputs) {
   const ModelConfig* model = &model_config;
   const bool cuda = config.device == DeviceKind::kCuda;
-  // GPUs compute in bf16 (fp32 master weights stay on the host); the CPU device as asked.
-  const at::ScalarType dtype = cuda || config.compute_dtype == ComputeDtype::kBf16 ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType dtype = config.computed_in() == ComputeDtype::kBf16 ? at::kBFloat16 : at::kFloat;
   // Gradients land in bf16 in the streamed copy (14 bytes a parameter) unless asked
   // otherwise or unless the host must sum several workers' gradients.
   const bool device_reduces = DeviceReducesGradient(config.policy.grad_route, config.workers);

@@ -12,7 +12,7 @@ JobShape JobShapeOf(const TrainConfig& config) {
   j.workers = config.workers;
   j.clip = config.optimizer.max_grad_norm > 0;
   j.cuda = config.device == DeviceKind::kCuda;
-  j.param_bytes = j.cuda || config.compute_dtype == ComputeDtype::kBf16 ? 2 : 4;
+  j.param_bytes = config.computed_in() == ComputeDtype::kBf16 ? 2 : 4;
   j.update_bytes_per_param = 12.0 + 2.0 * MomentBytesPerParam(config.optimizer.state_dtype);
   j.fp32_moments = config.optimizer.state_dtype == MomentDtype::kFp32;
   j.hosts = config.hosts.count;

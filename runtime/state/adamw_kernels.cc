@@ -1,6 +1,7 @@
 // Per-instruction-set inner loops of AdamW and the sum of squares; see adamw_kernels.h.
 // The AVX2 and AVX-512 bodies are compiled for their instruction set with target
-// attributes and only called after __builtin_cpu_supports says the CPU has it. Each
+// attributes and only called after __builtin_cpu_supports says the CPU has it (in the
+// test build over SIMDe, simd_lanes.h, on any CPU). Each
 // vector body does AdamWElement's operations lane by lane; the remainder goes through
 // AdamWElement itself, so the split point changes no result.
 #include "runtime/state/adamw_kernels.h"

@@ -115,6 +115,19 @@ policy:
 log_every: 10
 )";
 
+// What the model computes in: bf16 on cuda whatever compute_dtype says; on the CPU
+// device, compute_dtype.
+TEST(TrainConfigTest, ComputedInIsBf16OnCudaAndAsAskedOnTheCpu) {
+  TrainConfig c;
+  for (ComputeDtype d : {ComputeDtype::kFp32, ComputeDtype::kBf16}) {
+    c.compute_dtype = d;
+    c.device = DeviceKind::kCuda;
+    EXPECT_EQ(c.computed_in(), ComputeDtype::kBf16);
+    c.device = DeviceKind::kCpu;
+    EXPECT_EQ(c.computed_in(), d);
+  }
+}
+
 TEST(TrainConfigTest, ParsesFullYaml) {
   absl::StatusOr<TrainConfig> c = ParseTrainConfig(kFullYaml, "full.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
