@@ -163,7 +163,7 @@ void Bf16MomentsTile(Isa isa, const std::vector<DecaySpan>& spans, const std::ve
     const int64_t sb = std::max(spans[k].begin, b), se = std::min(spans[k].end, e);
     if (se <= sb) continue;
     adamw_internal::AdamWOnePassTile(isa, coeffs[k], se - sb, param + sb, grad != nullptr ? grad + sb : nullptr,
-                                         grad != nullptr ? nullptr : gp + sb, m + sb, v + sb);
+                                     grad != nullptr ? nullptr : gp + sb, m + sb, v + sb);
   }
 }
 
