@@ -148,15 +148,19 @@ void StoredTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<
   }
 }
 
-// The same elements with bf16 moments in one pass (AdamWOnePassTile), span by span,
-// where the spans cover [b, e) (they always do for a unit); otherwise StoredTile's
-// decode, update and encode.
+// Whether `spans` cover [b, e): they always do for a unit; the one-pass tiles below need
+// it, StoredTile does not.
+bool Covered(const std::vector<DecaySpan>& spans, int64_t b, int64_t e) {
+  int64_t covered = 0;
+  for (const DecaySpan& s : spans) covered += std::max<int64_t>(0, std::min(s.end, e) - std::max(s.begin, b));
+  return covered == e - b;
+}
+
+// The same elements with bf16 moments in one pass (AdamWOnePassTile), span by span.
 void Bf16MomentsTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
                      int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv,
                      int64_t first_index, int64_t step) {
-  int64_t covered = 0;
-  for (const DecaySpan& s : spans) covered += std::max<int64_t>(0, std::min(s.end, e) - std::max(s.begin, b));
-  if (covered != e - b) return StoredTile(isa, spans, coeffs, b, e, param, grad, gp, mv, first_index, step);
+  if (!Covered(spans, b, e)) return StoredTile(isa, spans, coeffs, b, e, param, grad, gp, mv, first_index, step);
   auto* m = static_cast<uint16_t*>(mv.m);
   auto* v = static_cast<uint16_t*>(mv.v);
   for (size_t k = 0; k < spans.size(); ++k) {
@@ -167,6 +171,15 @@ void Bf16MomentsTile(Isa isa, const std::vector<DecaySpan>& spans, const std::ve
   }
 }
 
+// The same elements with 8-bit moments in one pass a quantization block (AdamWInt8Tile).
+void Int8MomentsTile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
+                     int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv,
+                     int64_t first_index, int64_t step) {
+  if (!Covered(spans, b, e)) return StoredTile(isa, spans, coeffs, b, e, param, grad, gp, mv, first_index, step);
+  adamw_internal::AdamWInt8Tile(isa, spans, coeffs, b, e, param, grad, gp, mv,
+                                adamw_internal::RoundingSeed{first_index, step});
+}
+
 }  // namespace
 
 void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans, int64_t n,
@@ -174,7 +187,9 @@ void AdamWUpdateStored(const AdamWHyper& h, const std::vector<DecaySpan>& spans,
                        int64_t first_index, int threads) {
   const Isa isa = BestIsa();
   const std::vector<Coeffs> coeffs = SpanCoeffs(h, spans);
-  const auto tile = moments.dtype == MomentDtype::kBf16 ? Bf16MomentsTile : StoredTile;
+  const auto tile = moments.dtype == MomentDtype::kBf16   ? Bf16MomentsTile
+                    : moments.dtype == MomentDtype::kInt8 ? Int8MomentsTile
+                                                          : StoredTile;
   ForEachTile(n, ResolveThreads(threads), [&](int64_t b, int64_t e) {
     tile(isa, spans, coeffs, b, e, param, grad, gp, moments, first_index, h.step);
   });

@@ -52,38 +52,13 @@ void OnePassScalar(const Coeffs& c, int64_t n, float* p, const float* grad, uint
 
 #ifdef SLIDEDP_X86_KERNELS
 
-using lanes::kAll16;
+using lanes::Broadcast256;
+using lanes::Broadcast512;
+using lanes::Coeffs256;
+using lanes::Coeffs512;
 using lanes::kAll8;
-
-// Rounded() for vectors: keeps `p * decay` out of an FMA with the final addition.
-SLIDEDP_AVX2 inline __m256 Rounded256(__m256 x) {
-#ifdef SLIDEDP_SIMD_EMULATED
-  asm("" : "+m"(x));  // a SIMDe vector is a struct: through memory
-#else
-  asm("" : "+x"(x));
-#endif
-  return x;
-}
-
-// The coefficients in every lane, and AdamWElement's operations on 8 lanes: the new
-// parameter returned, m and v updated, the square root of the new v in `root`.
-struct Coeffs256 {
-  __m256 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
-};
-SLIDEDP_AVX2 inline Coeffs256 Broadcast256(const Coeffs& c) {
-  return {_mm256_set1_ps(c.grad_scale), _mm256_set1_ps(c.decay),      _mm256_set1_ps(c.beta1),
-          _mm256_set1_ps(c.one_minus_beta1), _mm256_set1_ps(c.beta2), _mm256_set1_ps(c.one_minus_beta2),
-          _mm256_set1_ps(c.bias2_sqrt), _mm256_set1_ps(c.eps),        _mm256_set1_ps(c.neg_step_size)};
-}
-SLIDEDP_AVX2 inline __m256 Step256(const Coeffs256& k, __m256 g_raw, __m256 p, __m256& m, __m256& v, __m256& root) {
-  const __m256 gi = _mm256_mul_ps(k.scale, g_raw);
-  const __m256 decayed = Rounded256(_mm256_mul_ps(p, k.decay));
-  m = _mm256_fmadd_ps(gi, k.omb1, _mm256_mul_ps(k.b1, m));
-  v = _mm256_fmadd_ps(_mm256_mul_ps(k.omb2, gi), gi, _mm256_mul_ps(k.b2, v));
-  root = _mm256_sqrt_ps(v);
-  const __m256 denom = _mm256_add_ps(_mm256_div_ps(root, k.bias2), k.eps);
-  return _mm256_add_ps(decayed, _mm256_div_ps(_mm256_mul_ps(k.nss, m), denom));
-}
+using lanes::Step256;
+using lanes::Step512;
 
 SLIDEDP_AVX2 void AdamWAvx2(const Coeffs& c, int64_t n, float* p, const float* g, float* m, float* v, float* sv) {
   const Coeffs256 k = Broadcast256(c);
@@ -125,34 +100,6 @@ SLIDEDP_AVX2 void OnePassAvx2(const Coeffs& c, int64_t n, float* p, const float*
     if (grad == nullptr) lanes::StoreBf16x16(gp + i, p0, p1);
   }
   for (; i < n; ++i) OnePassElement(c, i, p, grad, gp, m, v);
-}
-
-SLIDEDP_AVX512 inline __m512 Rounded512(__m512 x) {
-#ifdef SLIDEDP_SIMD_EMULATED
-  asm("" : "+m"(x));
-#else
-  asm("" : "+v"(x));
-#endif
-  return x;
-}
-
-struct Coeffs512 {
-  __m512 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
-};
-SLIDEDP_AVX512 inline Coeffs512 Broadcast512(const Coeffs& c) {
-  return {_mm512_set1_ps(c.grad_scale), _mm512_set1_ps(c.decay),      _mm512_set1_ps(c.beta1),
-          _mm512_set1_ps(c.one_minus_beta1), _mm512_set1_ps(c.beta2), _mm512_set1_ps(c.one_minus_beta2),
-          _mm512_set1_ps(c.bias2_sqrt), _mm512_set1_ps(c.eps),        _mm512_set1_ps(c.neg_step_size)};
-}
-SLIDEDP_AVX512 inline __m512 Step512(const Coeffs512& k, __m512 g_raw, __m512 p, __m512& m, __m512& v,
-                                     __m512& root) {
-  const __m512 gi = _mm512_mul_ps(k.scale, g_raw);
-  const __m512 decayed = Rounded512(_mm512_mul_ps(p, k.decay));
-  m = _mm512_fmadd_ps(gi, k.omb1, _mm512_mul_ps(k.b1, m));
-  v = _mm512_fmadd_ps(_mm512_mul_ps(k.omb2, gi), gi, _mm512_mul_ps(k.b2, v));
-  root = _mm512_maskz_sqrt_ps(kAll16, v);
-  const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, k.bias2), k.eps);
-  return _mm512_add_ps(decayed, _mm512_div_ps(_mm512_mul_ps(k.nss, m), denom));
 }
 
 SLIDEDP_AVX512 void AdamWAvx512(const Coeffs& c, int64_t n, float* p, const float* g, float* m, float* v,

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "runtime/state/adamw.h"
 
@@ -117,6 +118,18 @@ void NarrowBf16(Isa isa, const float* in, int64_t n, uint16_t* out);
 // update has them (AdamWTile's), else computed here (the same bits).
 void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v,
                    const RoundingSeed& seed, const float* sqrt_v = nullptr);
+
+// The update of 8-bit moments over elements [b, e) of a call (pointers and `mv` at the
+// call's element 0, whose unit index is seed.first_index; b a multiple of kMomentBlock;
+// `spans`, with their `coeffs`, cover [b, e)) in one pass a quantization block: each
+// element's codes, gradient and parameter read once, the new m and sqrt(v) kept in L1
+// until the block's new scales are known, the codes and the parameters (and, when `grad`
+// is null, the bf16 copy in `gp`, whose bits were the gradient) written once. The same
+// bits as DecodeMoments, AdamWTile, EncodeMoments with the update's roots and NarrowBf16
+// one after the other (moment_codec.cc). Requires IsaSupported(isa).
+void AdamWInt8Tile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
+                   int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv,
+                   const RoundingSeed& seed);
 
 }  // namespace adamw_internal
 }  // namespace slidedp

@@ -2,8 +2,9 @@
 // (today's bits), bf16, or 8 bits with one fp32 scale per block of kMomentBlock elements
 // (block-wise dynamic quantization in the manner of 8-bit Adam), and the kernels that
 // turn one tile of stored moments into fp32 and back. The update does its fp32 AdamW math
-// between a decode and an encode of the same tile (runtime/state/adamw.h; the tile kernels,
-// DecodeMoments and EncodeMoments, are in adamw_kernels.h), so memory is walked once.
+// between a decode and an encode of each quantization block, in one pass over memory
+// (runtime/state/adamw.h; the kernels, AdamWInt8Tile, DecodeMoments and EncodeMoments,
+// are declared in adamw_kernels.h).
 //
 // The 8-bit maps: each block is scaled by its largest magnitude (`absmax`, an fp32 scale
 // per block), and the scaled value x in [0, 1] is kept as a small float: a 4-bit
@@ -26,7 +27,9 @@
 // The random bits are a hash of the element's index in its unit, the step and the
 // moment (RoundingBits), so the codes are the same for every kernel, thread count and
 // split of a unit into calls, and a run repeats bit for bit. The decode does not change.
-// Non-finite inputs encode as 0 (the engine does not update on a non-finite step).
+// Scaled values above 1 (the scale's reciprocal rounds; a subnormal scale's is infinite)
+// encode as 1, the block's largest magnitude; NaNs encode as 0 (the engine does not
+// update on a non-finite step).
 // bf16: round to nearest even, as LibTorch converts.
 //
 // Every instruction set's kernel does the same IEEE operations (divisions and square

@@ -1,11 +1,14 @@
 // Private to the update's kernels (adamw_kernels.cc, moment_codec.cc): the x86 vector
 // helpers both use, each the lane-by-lane form of a scalar function of adamw_kernels.h:
-// bf16 widening and narrowing (Bf16Bits: nearest even, NaN -> 0x7FC0) of 8 and 16
-// lanes. Compiled for their instruction set with target attributes; callers run them
-// only after IsaSupported() says the CPU has it. Threads: pure functions; any thread.
+// AdamWElement's arithmetic, and bf16 widening and narrowing (Bf16Bits: nearest even,
+// NaN -> 0x7FC0), on 8 and 16 lanes. Compiled for their instruction set with target
+// attributes; callers run them only after IsaSupported() says the CPU has it.
+// Threads: pure functions; any thread.
 #pragma once
 
 #include <cstdint>
+
+#include "runtime/state/adamw_kernels.h"
 
 #if defined(SLIDEDP_SIMD_EMULATED)
 // The same kernels over SIMDe's portable definitions of the intrinsics (a test build,
@@ -35,6 +38,37 @@ constexpr __mmask8 kAll8 = 0xFF;
 
 // ------------------------------------------------------------------ AVX2, 8 lanes
 
+// Rounded() for vectors: keeps `p * decay` out of an FMA with the final addition.
+SLIDEDP_AVX2 inline __m256 Rounded256(__m256 x) {
+#ifdef SLIDEDP_SIMD_EMULATED
+  asm("" : "+m"(x));  // a SIMDe vector is a struct: through memory
+#else
+  asm("" : "+x"(x));
+#endif
+  return x;
+}
+
+// The coefficients in every lane, and AdamWElement's operations on 8 lanes: the new
+// parameter returned, m and v updated, the square root of the new v in `root`.
+struct Coeffs256 {
+  __m256 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
+};
+SLIDEDP_AVX2 inline Coeffs256 Broadcast256(const Coeffs& c) {
+  return {_mm256_set1_ps(c.grad_scale), _mm256_set1_ps(c.decay),      _mm256_set1_ps(c.beta1),
+          _mm256_set1_ps(c.one_minus_beta1), _mm256_set1_ps(c.beta2), _mm256_set1_ps(c.one_minus_beta2),
+          _mm256_set1_ps(c.bias2_sqrt), _mm256_set1_ps(c.eps),        _mm256_set1_ps(c.neg_step_size)};
+}
+SLIDEDP_AVX2 inline __m256 Step256(const Coeffs256& k, __m256 g_raw, __m256 p, __m256& m, __m256& v, __m256& root) {
+  const __m256 gi = _mm256_mul_ps(k.scale, g_raw);
+  const __m256 decayed = Rounded256(_mm256_mul_ps(p, k.decay));
+  m = _mm256_fmadd_ps(gi, k.omb1, _mm256_mul_ps(k.b1, m));
+  v = _mm256_fmadd_ps(_mm256_mul_ps(k.omb2, gi), gi, _mm256_mul_ps(k.b2, v));
+  root = _mm256_sqrt_ps(v);
+  const __m256 denom = _mm256_add_ps(_mm256_div_ps(root, k.bias2), k.eps);
+  return _mm256_add_ps(decayed, _mm256_div_ps(_mm256_mul_ps(k.nss, m), denom));
+}
+
+
 SLIDEDP_AVX2 inline __m256 WidenBf16x8(const uint16_t* p) {
   const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
@@ -57,6 +91,36 @@ SLIDEDP_AVX2 inline void StoreBf16x16(uint16_t* p, __m256 a, __m256 b) {
 }
 
 // ------------------------------------------------------------------ AVX-512, 16 lanes
+
+SLIDEDP_AVX512 inline __m512 Rounded512(__m512 x) {
+#ifdef SLIDEDP_SIMD_EMULATED
+  asm("" : "+m"(x));
+#else
+  asm("" : "+v"(x));
+#endif
+  return x;
+}
+
+// AdamWElement on 16 lanes, as Step256 on 8.
+struct Coeffs512 {
+  __m512 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
+};
+SLIDEDP_AVX512 inline Coeffs512 Broadcast512(const Coeffs& c) {
+  return {_mm512_set1_ps(c.grad_scale), _mm512_set1_ps(c.decay),      _mm512_set1_ps(c.beta1),
+          _mm512_set1_ps(c.one_minus_beta1), _mm512_set1_ps(c.beta2), _mm512_set1_ps(c.one_minus_beta2),
+          _mm512_set1_ps(c.bias2_sqrt), _mm512_set1_ps(c.eps),        _mm512_set1_ps(c.neg_step_size)};
+}
+SLIDEDP_AVX512 inline __m512 Step512(const Coeffs512& k, __m512 g_raw, __m512 p, __m512& m, __m512& v,
+                                     __m512& root) {
+  const __m512 gi = _mm512_mul_ps(k.scale, g_raw);
+  const __m512 decayed = Rounded512(_mm512_mul_ps(p, k.decay));
+  m = _mm512_fmadd_ps(gi, k.omb1, _mm512_mul_ps(k.b1, m));
+  v = _mm512_fmadd_ps(_mm512_mul_ps(k.omb2, gi), gi, _mm512_mul_ps(k.b2, v));
+  root = _mm512_maskz_sqrt_ps(kAll16, v);
+  const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, k.bias2), k.eps);
+  return _mm512_add_ps(decayed, _mm512_div_ps(_mm512_mul_ps(k.nss, m), denom));
+}
+
 
 SLIDEDP_AVX512 inline __m512 WidenBf16x16(const uint16_t* p) {
   const __m512i w = _mm512_maskz_cvtepu16_epi32(kAll16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

@@ -320,6 +320,115 @@ TEST(MomentCodec, OnePassBf16UpdateEqualsDecodeUpdateEncode) {
   }
 }
 
+// The one-pass update of 8-bit moments (every kernel, both gradient kinds) gives the
+// bits of the decode, the update (span by span, each with its weight decay), the encode
+// with the update's roots and the copy's narrowing done one after the other with the
+// scalar kernels: spans that change mid-block and mid-vector, lengths that end mid-block,
+// NaN and infinite gradients, a block of zero moments and one of subnormal moments.
+TEST(MomentCodec, OnePassInt8UpdateEqualsDecodeUpdateEncode) {
+  AdamWHyper h;
+  h.lr = 1e-2f;
+  h.grad_scale = 0.5f;
+  h.step = 4;
+  for (int64_t n : std::vector<int64_t>{1, 7, 17, 255, 256, 257, 700, 3 * kMomentBlock + 33}) {
+    const std::vector<DecaySpan> spans = {{0, n / 3, 0.1f}, {n / 3, n / 3 + 5, 0.0f}, {n / 3 + 5, n, 0.05f}};
+    std::vector<adamw_internal::Coeffs> coeffs;
+    for (const DecaySpan& sp : spans) {
+      AdamWHyper hs = h;
+      hs.weight_decay = sp.weight_decay;
+      coeffs.push_back(adamw_internal::MakeCoeffs(hs));
+    }
+    UpdateCase base = MakeCase(n, 70 + n);
+    std::vector<float> m = Spread(n, 80 + n, false), v = Spread(n, 90 + n, true);
+    if (n > 600) {
+      for (int64_t i = 256; i < 512; ++i) m[i] = v[i] = 0.0f;  // a block never updated yet
+      for (int64_t i = 512; i < std::min<int64_t>(n, 768); ++i) {
+        m[i] = std::ldexp(1.0f + 0.01f * static_cast<float>(i % 13), -133) * (i % 2 == 1 ? -1.0f : 1.0f);
+        v[i] = std::ldexp(1.0f, -140 - static_cast<int>(i % 5));
+      }
+      base.g[3] = std::numeric_limits<float>::quiet_NaN();
+      base.gp[3] = 0x7fc0;
+      base.g[9] = -std::numeric_limits<float>::infinity();
+      base.gp[9] = 0xff80;
+      base.g[300] = base.g[520] = 0.0f;
+      base.gp[300] = base.gp[520] = 0;
+    }
+    const adamw_internal::RoundingSeed seed{5000 + n, h.step};
+    Stored start(MomentDtype::kInt8, n);
+    adamw_internal::EncodeMoments(Isa::kScalar, start.view(), n, m.data(), v.data(), {5000 + n, h.step - 1});
+    for (bool bf16_grad : {false, true}) {
+      UpdateCase want = base;
+      Stored ws = start;
+      {
+        std::vector<float> g(n), dm(n), dv(n), roots(n);
+        for (int64_t i = 0; i < n; ++i) g[i] = bf16_grad ? adamw_internal::WidenBf16(want.gp[i]) : want.g[i];
+        adamw_internal::DecodeMoments(Isa::kScalar, ws.view(), n, dm.data(), dv.data());
+        for (size_t k = 0; k < spans.size(); ++k) {
+          const int64_t b = spans[k].begin, e = spans[k].end;
+          adamw_internal::AdamWTile(Isa::kScalar, coeffs[k], e - b, want.p.data() + b, g.data() + b, dm.data() + b,
+                                    dv.data() + b, roots.data() + b);
+        }
+        adamw_internal::EncodeMoments(Isa::kScalar, ws.view(), n, dm.data(), dv.data(), seed, roots.data());
+        if (bf16_grad) adamw_internal::NarrowBf16(Isa::kScalar, want.p.data(), n, want.gp.data());
+      }
+      std::vector<Isa> isas = VectorIsas();
+      isas.push_back(Isa::kScalar);
+      for (Isa isa : isas) {
+        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " n=" << n << " bf16_grad=" << bf16_grad);
+        UpdateCase got = base;
+        Stored gs = start;
+        adamw_internal::AdamWInt8Tile(isa, spans, coeffs, 0, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),
+                                      got.gp.data(), gs.view(), seed);
+        EXPECT_EQ(std::memcmp(got.p.data(), want.p.data(), n * 4), 0);
+        EXPECT_TRUE(gs == ws);
+        EXPECT_EQ(got.gp, want.gp);  // untouched with an fp32 gradient
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// The 8-bit codes never compute with fp32 subnormals (which cost microcode assists on
+// some CPUs, moment_codec.cc): a thread with flush-to-zero and denormals-are-zero set,
+// as a library may leave it, gets the same codes, decoded values and update, subnormal
+// codes included.
+TEST(MomentCodec, Int8CodesIgnoreTheThreadsFlushToZeroMode) {
+  const int64_t n = 2 * kMomentBlock + 40;
+  std::vector<float> m = Spread(n, 31, false), v = Spread(n, 32, true);
+  m[1] = 1.0f;  // this block's subnormal codes: m below 2^-14 of it (Spread reaches 2^-30)
+  v[1] = 1.0f;
+  auto run = [&](std::vector<float>* dm, std::vector<float>* dv, Stored* s, UpdateCase* u) {
+    for (Isa isa : [] {
+           std::vector<Isa> all = VectorIsas();
+           all.push_back(Isa::kScalar);
+           return all;
+         }()) {
+      adamw_internal::EncodeMoments(isa, s->view(), n, m.data(), v.data(), {0, 3});
+      adamw_internal::DecodeMoments(isa, s->view(), n, dm->data(), dv->data());
+    }
+    AdamWHyper h;
+    h.lr = 1e-3f;
+    h.step = 4;
+    AdamWUpdateStored(h, {{0, n, 0.0f}}, n, u->p.data(), u->g.data(), nullptr, s->view(), 0, 1);
+  };
+  std::vector<float> dm(n), dv(n), fm(n), fv(n);
+  Stored s(MomentDtype::kInt8, n), f(MomentDtype::kInt8, n);
+  UpdateCase u = MakeCase(n, 33), fu = u;
+  run(&dm, &dv, &s, &u);
+  int subnormal_codes = 0;
+  for (int64_t i = 0; i < kMomentBlock; ++i) subnormal_codes += (dm[i] != 0.0f && std::fabs(dm[i]) < 0x1p-14f);
+  EXPECT_GT(subnormal_codes, 20);  // the case this test is about
+  const unsigned saved = __builtin_ia32_stmxcsr();
+  __builtin_ia32_ldmxcsr(saved | 0x8040u);  // flush-to-zero, denormals-are-zero
+  run(&fm, &fv, &f, &fu);
+  __builtin_ia32_ldmxcsr(saved);
+  EXPECT_EQ(std::memcmp(dm.data(), fm.data(), n * 4), 0);
+  EXPECT_EQ(std::memcmp(dv.data(), fv.data(), n * 4), 0);
+  EXPECT_TRUE(s == f);
+  EXPECT_EQ(std::memcmp(u.p.data(), fu.p.data(), n * 4), 0);
+}
+#endif
+
 TEST(MomentCodec, StoredUpdateEqualsItsReferenceForEveryThreadCount) {
   const int64_t n = 3 * 16384 + 1000;  // several tiles, a partial last block
   const std::vector<DecaySpan> spans = {{0, 700, 0.1f}, {700, 20000, 0.0f}, {20000, n, 0.05f}};
