@@ -66,21 +66,10 @@ inline void AdamWElement(const Coeffs& c, float* p, float g_raw, float* m, float
   *v = v_new;
 }
 
-// Inline for the update's hot loops (safetensors.h has out-of-line versions): fp32 ->
-// bf16 rounding to nearest even as LibTorch does (NaN -> 0x7FC0), and back.
-inline uint16_t Bf16Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-inline float WidenBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+// bf16 rounding (nearest even, NaN -> 0x7FC0, as LibTorch converts) and widening, inline
+// for the update's hot loops (moment_codes.h; safetensors.h has out-of-line versions).
+using moment_codes::Bf16Bits;
+using moment_codes::WidenBf16;
 
 // AdamW over elements [0, n) of the given buffers with kernel `isa`. With `sqrt_v`, also
 // stores there the square root of each new v that the update computes anyway (the 8-bit

@@ -58,96 +58,28 @@ std::vector<MomentBuffer> MomentBuffers(const MomentView& mv, int64_t n) {
 
 namespace adamw_internal {
 
-// ------------------------------------------------------------------ scalar definitions
-
-namespace {
-
-inline float AbsMax(const float* x, int64_t n) {
-  float mx = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    mx = a > mx ? a : mx;
-  }
-  return mx;
-}
-
-inline uint32_t BitsOf(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-inline float FloatOf(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
-// The 8-bit float of the maps (moment_codec.h) with K mantissa bits: codes below 2^K
-// are subnormal (code * 2^-(14+K)); above, (code >> K) is the exponent field (1 for
-// 2^-14 .. 15 for 2^0) and the low K bits the mantissa. In fp32 bits, a normal code is
-// the value's bits shifted right by 23 - K, less kExpOffset << K; a subnormal code is
-// that of x + 2^-14 less 2^K (the sum's mantissa holds x / 2^-14, rounded to nearest
-// even at 2^-(23-K) of a code step). No step computes with fp32 subnormals, which cost
-// microcode assists on some CPUs.
-constexpr uint32_t kExpOffset = 127 - 15;
-constexpr float kSmallestNormal = 0x1p-14f;
-template <int K>
-constexpr float kSubnormalUnit = 1.0f / static_cast<float>(1u << (14 + K));  // 2^-(14+K), exact
-
-// x in [0, 1] (larger: 1; NaN and below 0: 0) to its code, rounded stochastically by
-// `bits` (moment_codec.h): the bits below the code's last place get the top 23 - K
-// random bits added before they are cut (a carry moves x up one code).
-template <int K>
-inline uint32_t EncodeUnitFloat(float x, uint32_t bits) {
-  x = x > 0.0f ? x : 0.0f;  // NaN: 0 (the comparison is false)
-  x = x < 1.0f ? x : 1.0f;
-  const bool small = x < kSmallestNormal;
-  const float y = small ? x + kSmallestNormal : x;  // in [2^-14, 1]: a normal code's bits
-  constexpr uint32_t s = 23 - K;
-  return ((BitsOf(y) + (bits >> (32 - s))) >> s) - (kExpOffset << K) - (small ? 1u << K : 0u);
-}
-
-template <int K>
-inline float DecodeUnitFloat(uint32_t c) {
-  if (c < (1u << K)) return static_cast<float>(c) * kSubnormalUnit<K>;
-  return FloatOf((c + (kExpOffset << K)) << (23 - K));
-}
-
-constexpr int kMBits = 3;  // m: sign and e4m3 of |m| / absmax
-constexpr int kVBits = 4;  // v: e4m4 of sqrt(v / absmax)
-
-}  // namespace
-
-int8_t EncodeSigned8(float x, float inv_absmax, uint32_t bits) {
-  const int c = static_cast<int>(EncodeUnitFloat<kMBits>(std::fabs(x) * inv_absmax, bits));
-  return static_cast<int8_t>(x < 0.0f ? -c : c);
-}
-
-float DecodeSigned8(int8_t q, float absmax) {
-  const float val = DecodeUnitFloat<kMBits>(static_cast<uint32_t>(q < 0 ? -q : q)) * absmax;
-  return q < 0 ? -val : val;
-}
-
-uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax, uint32_t bits) {
-  const float r = sqrt_v * inv_sqrt_absmax;
-  uint32_t c = EncodeUnitFloat<kVBits>(r, bits);
-  if (c == 0 && r > 0.0f) c = 1;  // a nonzero v stays nonzero: the update divides by it
-  return static_cast<uint8_t>(c);
-}
-
-float DecodeUnsigned8(uint8_t q, float absmax) {
-  const float r = DecodeUnitFloat<kVBits>(q);
-  return (r * r) * absmax;
-}
+using moment_codes::Abs;
+using moment_codes::InvScale;
+using moment_codes::InvSqrtScale;
+using moment_codes::kExpOffset;
+using moment_codes::kMBits;
+using moment_codes::kSmallestNormal;
+using moment_codes::kVBits;
+using moment_codes::Larger;
 
 namespace {
 
 // ------------------------------------------------------------------ scalar kernels
 
-// v's block factor: 1 / sqrt(absmax) (0: inf, and the codes 0, NaN -> 0), the same
-// scalar operations in every kernel.
-inline float InvSqrtScale(float absmax) { return 1.0f / std::sqrt(absmax); }
+inline float AbsMax(const float* x, int64_t n) {
+  float mx = 0.0f;
+  for (int64_t i = 0; i < n; ++i) mx = Larger(Abs(x[i]), mx);
+  return mx;
+}
+
+// The subnormal codes' unit, 2^-(14+K), for the vector decodes.
+template <int K>
+constexpr float kSubnormalUnit = 1.0f / static_cast<float>(1u << (14 + K));
 
 // The kernels of one instruction set for the 8-bit moments, over one quantization block
 // (pointers at its first element; `blk` the stored moments' view there):
@@ -170,15 +102,13 @@ struct Int8Kernels {
   float (*abs_max)(const float* x, int64_t n);
 };
 
-inline float Larger(float a, float mx) { return a > mx ? a : mx; }  // NaN: mx
-
 void EncodeBlockScalar(const MomentView& blk, int64_t len, const float* m, const float* sqrt_v, float sm, float sv,
                        uint32_t key, int64_t index0) {
   auto* qm = static_cast<int8_t*>(blk.m);
   auto* qv = static_cast<uint8_t*>(blk.v);
   *blk.m_scale = sm;
   *blk.v_scale = sv;
-  const float im = 1.0f / sm, iv = InvSqrtScale(sv);  // 0: inf, and the codes 0 (NaN -> 0)
+  const float im = InvScale(sm), iv = InvSqrtScale(sv);  // 0: inf, and the codes 0 (NaN -> 0)
   for (int64_t i = 0; i < len; ++i) {
     const uint32_t bits = RoundingBits(key, index0 + i);
     qm[i] = EncodeSigned8(m[i], im, bits);
@@ -193,7 +123,7 @@ inline void UpdateElement(const Coeffs& c, int64_t i, float* p, const float* gra
   float mi = DecodeSigned8(qm[i], sm), vi = DecodeUnsigned8(qv[i], sv);
   AdamWElement(c, p + i, grad != nullptr ? grad[i] : WidenBf16(gp[i]), &mi, &vi, ro + i);
   mo[i] = mi;
-  m_max = Larger(std::fabs(mi), m_max);
+  m_max = Larger(Abs(mi), m_max);
   v_max = Larger(vi, v_max);
   if (grad == nullptr) gp[i] = Bf16Bits(p[i]);
 }
@@ -344,7 +274,7 @@ SLIDEDP_AVX512 void EncodeBlockAvx512(const MomentView& blk, int64_t len, const 
   auto* qv = static_cast<uint8_t*>(blk.v);
   *blk.m_scale = sm;
   *blk.v_scale = sv;
-  const float im = 1.0f / sm, iv = InvSqrtScale(sv);
+  const float im = InvScale(sm), iv = InvSqrtScale(sv);
   const __m512 vim = _mm512_set1_ps(im), viv = _mm512_set1_ps(iv);
   const __m512i one = _mm512_set1_epi32(1);
   int64_t i = 0;
@@ -526,7 +456,7 @@ SLIDEDP_AVX2 void EncodeBlockAvx2(const MomentView& blk, int64_t len, const floa
   auto* qv = static_cast<uint8_t*>(blk.v);
   *blk.m_scale = sm;
   *blk.v_scale = sv;
-  const float im = 1.0f / sm, iv = InvSqrtScale(sv);
+  const float im = InvScale(sm), iv = InvSqrtScale(sv);
   const __m256 vim = _mm256_set1_ps(im), viv = _mm256_set1_ps(iv);
   int64_t i = 0;
   // 32 elements a time, their codes stored as 32 bytes at once; a unit's last partial

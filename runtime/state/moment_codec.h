@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/state/moment_codes.h"
 #include "runtime/train_config.h"
 
 
@@ -53,6 +54,7 @@ namespace slidedp {
 // Elements per quantization block of the 8-bit moments; blocks start at element 0 of a
 // unit, so update calls start at multiples of it.
 inline constexpr int64_t kMomentBlock = kInt8MomentBlock;
+static_assert(kMomentBlock == moment_codes::kBlock);
 
 // Bytes of one stored element of m (or v), scales not counted: 4, 2, 1.
 int64_t MomentWidth(MomentDtype dtype);
@@ -92,33 +94,19 @@ struct RoundingSeed {
   int64_t step = 0;
 };
 
-// The random bits of element `index` (of its unit) at a step: RoundingBits(
-// RoundingKey(step), index) for m, and those rotated by 16 (VBits) for v. A 32-bit mix
-// (the finalizer of MurmurHash3, whose output bits are close to independent) of
-// index * kIndexMix + key, all modulo 2^32; the vector kernels compute the same lane by
-// lane (one mix an element for both moments).
-inline constexpr uint32_t kRoundingSalt = 0x6a09e667u, kIndexMix = 0x9e3779b9u;
-inline constexpr uint32_t kMixMul1 = 0x7feb352du, kMixMul2 = 0x846ca68bu;  // Mix32's multipliers
-inline uint32_t Mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= kMixMul1;
-  x ^= x >> 15;
-  x *= kMixMul2;
-  return x ^ (x >> 16);
-}
-inline uint32_t RoundingKey(int64_t step) { return Mix32(static_cast<uint32_t>(step) ^ kRoundingSalt); }
-inline uint32_t RoundingBits(uint32_t key, int64_t index) {
-  return Mix32(static_cast<uint32_t>(index) * kIndexMix + key);
-}
-inline uint32_t VBits(uint32_t bits) { return (bits << 16) | (bits >> 16); }
-
-// The single values, for tests and the reference: one 8-bit code (given the factor of
-// the block's scale that every kernel multiplies by: 1.0f / absmax for m, and for v,
-// given sqrt(v), 1.0f / sqrt(absmax)) with the element's random bits, and back.
-int8_t EncodeSigned8(float x, float inv_absmax, uint32_t bits);
-float DecodeSigned8(int8_t q, float absmax);
-uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax, uint32_t bits);
-float DecodeUnsigned8(uint8_t q, float absmax);
+// The single values (moment_codes.h: one definition for the CPU and the GPU): the random
+// bits of an element, one 8-bit code and back.
+using moment_codes::DecodeSigned8;
+using moment_codes::DecodeUnsigned8;
+using moment_codes::EncodeSigned8;
+using moment_codes::EncodeUnsigned8;
+using moment_codes::Mix32;
+using moment_codes::RoundingBits;
+using moment_codes::RoundingKey;
+using moment_codes::VBits;
+using moment_codes::kIndexMix;
+using moment_codes::kMixMul1;
+using moment_codes::kMixMul2;
 
 }  // namespace adamw_internal
 }  // namespace slidedp
