@@ -6,7 +6,8 @@
 // leave together; a barrier is reached by every thread of the block). bf16 rounding is
 // round-to-nearest-even as __float2bfloat16_rn; __expf is expf (the GPU's is an
 // approximation, so results here are for comparing two kernels, not for the GPU's bits).
-// Only what runtime/model/fused_kernels.cu uses. Tests only.
+// Only what runtime/model/fused_kernels.cu and runtime/state/adamw_device.cu use. Tests
+// only.
 #pragma once
 
 #include <cmath>
@@ -54,7 +55,28 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   return {static_cast<uint16_t>(u >> 16)};
 }
 inline uint16_t __bfloat16_as_ushort(__nv_bfloat16 b) { return b.bits; }
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
 inline float __expf(float x) { return std::exp(x); }
+// The IEEE operations rounded to nearest, each on its own (volatile: never contracted
+// into a fused multiply-add by the host compiler), and the fused one.
+inline float __fmul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+inline float __fadd_rn(float a, float b) {
+  volatile float r = a + b;
+  return r;
+}
+inline float __fdiv_rn(float a, float b) {
+  volatile float r = a / b;
+  return r;
+}
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
 inline thread_local dim3 threadIdx;
