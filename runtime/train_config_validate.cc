@@ -215,10 +215,11 @@ Check FindProblem(const TrainConfig& c) {
                                                       " with optimizer.state_dtype int8 (its quantization "
                                                       "blocks), got ", c.policy.chunk_elems)};
   }
-  if (c.policy.resident_units > 0 && c.optimizer.state_dtype != MomentDtype::kFp32) {
+  if (c.policy.resident_units > 0 && c.optimizer.state_dtype != MomentDtype::kFp32 && c.hosts.count > 1) {
     return Problem{"policy.resident_units",
                    absl::StrCat("must be 0 or -1 (auto) with optimizer.state_dtype ", NameOf(c.optimizer.state_dtype),
-                                ": units resident on a GPU keep fp32 moments, got ", c.policy.resident_units)};
+                                " over several hosts: units resident over hosts keep fp32 moments, got ",
+                                c.policy.resident_units)};
   }
   if (Check p = CheckHosts(c)) return p;
   return CheckRun(c);

@@ -1,7 +1,6 @@
 // ResidentState: see resident_state.h.
 #include "runtime/engine/resident_state.h"
 
-#include <array>
 #include <stdexcept>
 #include <utility>
 
@@ -9,12 +8,22 @@
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/host_group.h"
 #include "runtime/model/param_layout.h"
+#include "runtime/state/adamw_device.h"
 
 namespace slidedp {
 namespace {
 
-// An fp32 host buffer of the state as a tensor (the moments are raw pointers).
-at::Tensor HostFloats(void* p, int64_t n) { return at::from_blob(p, {n}, at::TensorOptions().dtype(at::kFloat)); }
+// A host buffer of the state as a tensor (the moments are raw pointers).
+at::Tensor HostTensor(void* p, int64_t n, at::ScalarType t) { return at::from_blob(p, {n}, at::TensorOptions().dtype(t)); }
+
+// The element types of stored m and v (moment_codec.h).
+at::ScalarType MType(MomentDtype d) {
+  return d == MomentDtype::kFp32 ? at::kFloat : d == MomentDtype::kBf16 ? at::kBFloat16 : at::kChar;
+}
+at::ScalarType VType(MomentDtype d) {
+  return d == MomentDtype::kFp32 ? at::kFloat : d == MomentDtype::kBf16 ? at::kBFloat16 : at::kByte;
+}
+int64_t Blocks(int64_t n) { return (n + kMomentBlock - 1) / kMomentBlock; }
 
 }  // namespace
 
@@ -22,7 +31,19 @@ absl::StatusOr<std::unique_ptr<ResidentState>> ResidentState::Create(HostState* 
                                                                      const std::vector<at::Device>& devices,
                                                                      HostGroup* hosts) {
   if (placement.units > 0 && state->moment_dtype() != MomentDtype::kFp32) {
-    return absl::InvalidArgumentError("policy.resident_units: resident units need optimizer.state_dtype fp32");
+    if (hosts != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy.resident_units: units resident over several hosts need optimizer.state_dtype fp32, got ",
+          NameOf(state->moment_dtype())));
+    }
+    for (int u = 0; u < state->num_units(); ++u) {
+      const size_t params = state->layout().units[u].params.size();
+      if (placement.resident(u) && params > static_cast<size_t>(kMaxDeviceSpans)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "policy.resident_units: unit ", u, " has ", params, " parameters; resident units with ",
+            NameOf(state->moment_dtype()), " moments take at most ", kMaxDeviceSpans, " (lower resident_units)"));
+      }
+    }
   }
   std::unique_ptr<ResidentState> r(new ResidentState(state, placement, hosts));
   absl::Status allocated =
@@ -69,10 +90,15 @@ absl::Status ResidentState::Allocate(const std::vector<at::Device>& devices) {
     }
     const int64_t n = state_->layout().units[u].numel;
     const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+    const MomentDtype moments = state_->moment_dtype();
     Unit& unit = units_[u];
     unit.master = at::empty({n}, f32);
-    unit.m = at::empty({n}, f32);
-    unit.v = at::empty({n}, f32);
+    unit.m = at::empty({n}, f32.dtype(MType(moments)));
+    unit.v = at::empty({n}, f32.dtype(VType(moments)));
+    if (moments == MomentDtype::kInt8) {
+      unit.m_scale = at::empty({Blocks(n)}, f32);
+      unit.v_scale = at::empty({Blocks(n)}, f32);
+    }
     unit.grad = at::zeros({n}, f32);
     unit.params = at::empty({n}, f32.dtype(state_->compute_dtype()));
     if (hosts_ != nullptr && device.is_cuda() && host_grad_.numel() < n) {
@@ -116,7 +142,27 @@ void ResidentState::Update(int u, const AdamWHyper& h, const std::vector<float>&
     if (unit.master.is_cuda()) {
       std::vector<std::pair<int64_t, int64_t>> spans;
       for (const ParamSpec& p : layout.params) spans.emplace_back(p.offset, p.numel);
-      RunDeviceAdamW(unit.master, h, decay, spans, unit.grad, unit.m, unit.v, unit.params);
+      RunDeviceAdamW(unit.master, h, decay, spans, unit.grad, unit.m, unit.v, unit.m_scale, unit.v_scale,
+                     unit.params);
+    } else if (state_->moment_dtype() != MomentDtype::kFp32) {
+      // The CPU device with compact moments: the host path's call (update_pipeline.cc)
+      // on the unit's own buffers, the whole unit at once (its element 0 is index 0).
+      std::vector<DecaySpan> spans;
+      for (size_t i = 0; i < layout.params.size(); ++i) {
+        const ParamSpec& p = layout.params[i];
+        spans.push_back({p.offset, p.offset + p.numel, decay[i]});
+      }
+      MomentView mv;
+      mv.dtype = state_->moment_dtype();
+      mv.m = unit.m.data_ptr();
+      mv.v = unit.v.data_ptr();
+      if (unit.m_scale.defined()) {
+        mv.m_scale = unit.m_scale.data_ptr<float>();
+        mv.v_scale = unit.v_scale.data_ptr<float>();
+      }
+      AdamWUpdateStored(h, spans, unit.master.numel(), unit.master.data_ptr<float>(), unit.grad.data_ptr<float>(),
+                        nullptr, mv, /*first_index=*/0, threads);
+      unit.params.copy_(unit.master);
     } else {
       // The CPU device: the host path's arithmetic on the unit's own buffers.
       for (size_t i = 0; i < layout.params.size(); ++i) {
@@ -134,11 +180,19 @@ void ResidentState::Update(int u, const AdamWHyper& h, const std::vector<float>&
   unit.updated = done;
 }
 
-std::array<std::pair<at::Tensor, at::Tensor>, 3> ResidentState::ShardPairs(int u) {
-  const int64_t n = state_->shard_end(u) - state_->shard_begin(u);
+std::vector<ResidentState::StatePair> ResidentState::StatePairs(int u) {
+  const int64_t sb = state_->shard_begin(u), n = state_->shard_end(u) - sb;
   const MomentView mv = state_->moments(u);
+  const MomentDtype d = state_->moment_dtype();
   Unit& unit = units_[u];
-  return {{{state_->unit(u).master, unit.master}, {HostFloats(mv.m, n), unit.m}, {HostFloats(mv.v, n), unit.v}}};
+  std::vector<StatePair> pairs = {{state_->unit(u).master, unit.master, sb, n},
+                                  {HostTensor(mv.m, n, MType(d)), unit.m, sb, n},
+                                  {HostTensor(mv.v, n, VType(d)), unit.v, sb, n}};
+  if (d == MomentDtype::kInt8) {  // one host (Create): the shard is the unit
+    pairs.push_back({HostTensor(mv.m_scale, Blocks(n), at::kFloat), unit.m_scale, 0, Blocks(n)});
+    pairs.push_back({HostTensor(mv.v_scale, Blocks(n), at::kFloat), unit.v_scale, 0, Blocks(n)});
+  }
+  return pairs;
 }
 
 at::Tensor ResidentState::GradToHost(int u) {
@@ -166,8 +220,7 @@ void ResidentState::ToHost() {
     if (!resident(u)) continue;
     streams_[owner(u)]->HostWait(updated(u));
     Unit& unit = units_[u];
-    const int64_t sb = state_->shard_begin(u), se = state_->shard_end(u);
-    for (const auto& [host, device] : ShardPairs(u)) at::Tensor(host).copy_(device.narrow(0, sb, se - sb));
+    for (const StatePair& pair : StatePairs(u)) at::Tensor(pair.host).copy_(pair.device.narrow(0, pair.begin, pair.length));
     // The streamed copy follows the master: refreshed from it on one host; over several
     // the replica's copy is the whole unit's (the same bits on every host).
     if (hosts_ == nullptr) {
@@ -183,18 +236,17 @@ absl::Status ResidentState::FromHost() {
     if (!resident(u)) continue;
     streams_[owner(u)]->HostWait(updated(u));
     Unit& unit = units_[u];
-    const int64_t n = unit.master.numel();
-    const int64_t sb = state_->shard_begin(u), se = state_->shard_end(u);
-    for (const auto& [host, device] : ShardPairs(u)) {
+    for (const StatePair& pair : StatePairs(u)) {
       if (hosts_ == nullptr) {
-        at::Tensor(device).copy_(host);
+        pair.device.narrow(0, pair.begin, pair.length).copy_(pair.host);
         continue;
       }
-      // Several hosts: each holds its shard; every host gathers the whole unit.
-      at::Tensor whole = at::zeros({n}, at::kFloat);
-      whole.narrow(0, sb, se - sb).copy_(host);
+      // Several hosts (fp32 moments, Create): each holds its shard; every host gathers
+      // the whole unit.
+      at::Tensor whole = at::zeros({pair.device.numel()}, at::kFloat);
+      whole.narrow(0, pair.begin, pair.length).copy_(pair.host);
       if (absl::Status s = hosts_->AllGather(whole); !s.ok()) return s;
-      at::Tensor(device).copy_(whole);
+      at::Tensor(pair.device).copy_(whole);
     }
     unit.params.copy_(unit.master);
   }
@@ -204,7 +256,7 @@ absl::Status ResidentState::FromHost() {
 #if !defined(SLIDEDP_TORCH_CUDA)
 void RunDeviceAdamW(const at::Tensor&, const AdamWHyper&, const std::vector<float>&,
                     const std::vector<std::pair<int64_t, int64_t>>&, const at::Tensor&, const at::Tensor&,
-                    const at::Tensor&, const at::Tensor&) {
+                    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
   throw std::runtime_error("resident units on a GPU: this build has no CUDA kernels");
 }
 #endif

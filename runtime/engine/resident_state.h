@@ -1,10 +1,12 @@
 // ResidentState: the training state of the units that live on a GPU instead of host
 // memory (policy.resident_units; which units and which GPU: runtime/plan/residency.h).
-// Per resident unit, on its owner's device: the fp32 master, m, v and gradient, and the
-// compute copy that the forward and backward read in place of a streamed slot. Its
+// Per resident unit, on its owner's device: the fp32 master and gradient, m and v as
+// optimizer.state_dtype stores them (fp32, bf16, or 8 bits with the blocks' scales), and
+// the compute copy that the forward and backward read in place of a streamed slot. Its
 // AdamW runs there, on an update stream of its own, as soon as the update pipeline
-// issues it: the GPU kernel of runtime/state/adamw_device.h, or on the CPU device the
-// CPU AdamW over buffers of their own (the same code path, so CI proves it). Events
+// issues it: the GPU kernels of runtime/state/adamw_device.h, or on the CPU device the
+// CPU AdamW over buffers of their own (the same code path, so CI proves it); both give
+// the bits of the unit's update in host memory. Events
 // order it: after the unit's gradient is complete (SetGradReady), before the next read
 // of its parameters (updated). The host state stays the authority for durability:
 // ToHost before checkpoints, export and the digest, FromHost after a restore.
@@ -40,8 +42,9 @@ class HostGroup;
 class ResidentState {
  public:
   // Allocates the resident units of `placement` on `devices[owner]` (one device per
-  // rank) and copies their state from `state`, which must hold fp32 moments.
-  // RESOURCE_EXHAUSTED when a GPU cannot hold them. `hosts` (the trainer's group; null:
+  // rank) and copies their state from `state`. RESOURCE_EXHAUSTED when a GPU cannot
+  // hold them; INVALID_ARGUMENT for compact moments over several hosts (their shards are
+  // fp32's) or a unit of more parameters than the GPU kernel takes (kMaxDeviceSpans). `hosts` (the trainer's group; null:
   // one host): every host must place the same units (FAILED_PRECONDITION otherwise, and
   // when any host's GPU cannot hold them, this host's included: no host shrinks alone),
   // and their state is gathered from every host's shard.
@@ -85,16 +88,23 @@ class ResidentState {
  private:
   struct Unit {
     at::Tensor master, m, v, grad, params;
+    at::Tensor m_scale, v_scale;  // 8-bit moments: fp32 per block; otherwise undefined
     Event grad_ready, updated;
+  };
+  // One buffer of a unit's state: this host's part in the host state, beside the
+  // device's whole buffer, and where the part lies in it.
+  struct StatePair {
+    at::Tensor host, device;
+    int64_t begin, length;
   };
   ResidentState(HostState* state, const Residency& placement, HostGroup* hosts)
       : state_(state), placement_(placement), hosts_(hosts) {}
   // Allocates the units' buffers (and, over several hosts on a GPU, the gradient's host
   // buffer).
   absl::Status Allocate(const std::vector<at::Device>& devices);
-  // Unit u's master, m and v: this host's shard in the host state (all of the unit on
-  // one host) beside the device's whole buffer.
-  std::array<std::pair<at::Tensor, at::Tensor>, 3> ShardPairs(int u);
+  // Unit u's master, m and v (and the 8-bit moments' scales): this host's shard in the
+  // host state (all of the unit on one host) beside the device's buffers.
+  std::vector<StatePair> StatePairs(int u);
 
   HostState* const state_;
   const Residency placement_;
@@ -105,10 +115,12 @@ class ResidentState {
   absl::Mutex mu_;  // the events of units_
 };
 
-// Runs the GPU AdamW (adamw_device.h) on the current stream of the buffers' device:
+// Runs the GPU AdamW (adamw_device.h) on the current stream of the buffers' device, the
+// moments' kind told by m's dtype (float, bfloat16, or int8 with the scales):
 // resident_state_cuda.cc with a CUDA LibTorch; elsewhere it throws.
 void RunDeviceAdamW(const at::Tensor& master, const AdamWHyper& h, const std::vector<float>& decay,
                     const std::vector<std::pair<int64_t, int64_t>>& spans, const at::Tensor& grad,
-                    const at::Tensor& m, const at::Tensor& v, const at::Tensor& params);
+                    const at::Tensor& m, const at::Tensor& v, const at::Tensor& m_scale, const at::Tensor& v_scale,
+                    const at::Tensor& params);
 
 }  // namespace slidedp

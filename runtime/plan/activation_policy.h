@@ -33,7 +33,7 @@ struct ActivationPlan {
 //    the budget when one is set.
 //  - resident_units -1: step_model.h's ResidentUnits within MemoryBudget(budget,
 //    device_available) with the placement chosen above and the default rates (none on
-//    the CPU device or without fp32 moments).
+//    the CPU device).
 //  - kept_blocks -1: memory_estimate.h's KeptBlocks within the same memory, with the
 //    resident units chosen before (ResidentUnits chose the pair).
 // `device_available`: what the process can still allocate there (0: as `device_memory`),

@@ -14,7 +14,7 @@ JobShape JobShapeOf(const TrainConfig& config) {
   j.cuda = config.device == DeviceKind::kCuda;
   j.param_bytes = config.computed_in() == ComputeDtype::kBf16 ? 2 : 4;
   j.update_bytes_per_param = 12.0 + 2.0 * MomentBytesPerParam(config.optimizer.state_dtype);
-  j.fp32_moments = config.optimizer.state_dtype == MomentDtype::kFp32;
+  j.moments = config.optimizer.state_dtype;
   j.hosts = config.hosts.count;
   return j;
 }

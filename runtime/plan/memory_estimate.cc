@@ -78,7 +78,7 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
 
 Residency ResidencyOf(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs) {
   return PlaceResident(shape.unit_params, std::max<int64_t>(0, knobs.policy.resident_units), job.workers,
-                       job.param_bytes);
+                       job.param_bytes, job.moments);
 }
 
 }  // namespace slidedp

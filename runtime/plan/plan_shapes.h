@@ -43,9 +43,8 @@ struct JobShape {
   // (gradient in, parameter out) read and written, 12, and m and v as
   // optimizer.state_dtype stores them, read and written: 28 (fp32), 20 (bf16), ~16 (int8).
   double update_bytes_per_param = 28.0;
-  // optimizer.state_dtype is fp32: units may be resident on a GPU (policy.resident_units
-  // needs it).
-  bool fp32_moments = true;
+  // optimizer.state_dtype: how m and v are stored, on the host and by resident units.
+  MomentDtype moments = MomentDtype::kFp32;
   // Hosts of the job (hosts.count), each running this shape on its own rows and holding
   // 1/hosts of the master, m and v (the CPU update's work and its host traffic divided).
   int hosts = 1;

@@ -16,7 +16,7 @@ int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKn
   const int64_t units = shape.num_units();
   const int64_t requested = knobs.policy.resident_units;
   if (requested >= 0) return std::min(requested, units);
-  if (!job.cuda || !job.fp32_moments || job.hosts > 1) return 0;
+  if (!job.cuda || job.hosts > 1) return 0;
   // The most that fit beside the plan without kept blocks, with the kept blocks' headroom.
   int64_t most = units;
   if (memory_bytes > 0) {
@@ -26,7 +26,7 @@ int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKn
     const int64_t usable = memory_bytes / 10 * 9;
     const int64_t base = EstimateMemory(shape, job, bare).total;
     if (base >= usable) return 0;
-    most = ResidentUnitsWithin(shape.unit_params, job.workers, job.param_bytes, usable - base);
+    most = ResidentUnitsWithin(shape.unit_params, job.workers, job.param_bytes, usable - base, job.moments);
   }
   // None and eighths of the most, each with the kept blocks the memory then leaves;
   // ascending, so that ties keep fewer resident units.

@@ -60,6 +60,11 @@ struct AdamWStoredDeviceArgs {
   float span_decay[kMaxDeviceSpans];
 };
 
+// Sets a's span table from `spans` (ascending, covering the unit) with each span's decay
+// as the CPU update computes it for `h` (adamw_internal::MakeCoeffs). false (the table
+// left unset): more spans than kMaxDeviceSpans.
+bool SetDecaySpans(const AdamWHyper& h, const std::vector<DecaySpan>& spans, AdamWStoredDeviceArgs* a);
+
 // Launches the update on `stream` (a cudaStream_t). Returns "" or the launch error,
 // naming the kernel and CUDA's error. Defined only in builds with a CUDA LibTorch
 // (SLIDEDP_TORCH_CUDA).

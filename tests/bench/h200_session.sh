@@ -7,7 +7,7 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw quality22 moments4
-# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4 res7b res7b16 res7bgrid resbudget
+# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
@@ -222,6 +222,14 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     # (host memory sampled every 5 s while they run).
     cap14b) TAILN=8 step cap14b 240 $B/step_bench --model=qwen3-14b --state_dtype=int8 --micro_batch_size=4 \
              --grad_accum=4 --steps=${CAP_STEPS:-2} --prefetch=2 ;;
+    # Issue 22 with 21: resident units keeping compact moments. The 3.09B shape at 4 x 4096
+    # with int8 moments, residency off and auto over one host state; then qwen3-14b at
+    # 4 x 4096 with int8 moments, the same two (its state no longer fits fp32 moments).
+    res4int8) TAILN=8 step res4int8 200 bash -c '
+           '"$SB"' --steps=4 --micro_batch_size=1 --grad_accum=4 --state_dtype=int8 \
+             --sweep=resident_units:0,-1 | grep -E "mean of|resident"' ;;
+    res14b) TAILN=8 step res14b 420 $B/step_bench --model=qwen3-14b --state_dtype=int8 --micro_batch_size=1 \
+             --grad_accum=4 --steps=3 --prefetch=2 --sweep=resident_units:0,-1 ;;
     fail14b) TAILN=24 step fail14b ${FAIL_CAP:-240} bash -c '
            for mode in plain fsdp2_offload; do
              echo "== $mode qwen3-14b 16 x 4096"

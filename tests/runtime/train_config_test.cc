@@ -434,7 +434,7 @@ TEST(TrainConfigErrorTest, EveryValidationRuleNamesItsField) {
       {"hosts: {port: 70000}", "hosts.port"},
       {"hosts: {timeout_seconds: 0}", "hosts.timeout_seconds"},
       {"hosts: {timeout_seconds: 1.0e300}", "hosts.timeout_seconds"},
-      // Resident units over several hosts keep fp32 moments as on one (hosts_test.cc trains them).
+      // Resident units over several hosts keep fp32 moments (hosts_test.cc trains them).
       {"hosts: {count: 2, address: h0}\npolicy: {resident_units: 2}\noptimizer: {state_dtype: int8}",
        "policy.resident_units"},
   };
@@ -457,18 +457,21 @@ TEST(TrainConfigErrorTest, StateDtypeIsCheckedWithItsBlocks) {
   EXPECT_EQ(TrainConfig().optimizer.state_dtype, MomentDtype::kFp32);
 }
 
-// Issue 21: units resident on a GPU keep fp32 moments; auto (-1) and none (0) go with any.
-TEST(TrainConfigErrorTest, ResidentUnitsNeedFp32Moments) {
+// Issue 21 and 22: units resident on a GPU keep the job's moments (fp32, bf16 or int8) on
+// one host; over several hosts their replicas keep fp32 moments (auto and none go with any).
+TEST(TrainConfigErrorTest, ResidentUnitsWithCompactMomentsStayOnOneHost) {
   for (const char* dtype : {"int8", "bf16"}) {
     SCOPED_TRACE(dtype);
-    const std::string error =
-        ErrorOf(absl::StrCat("optimizer: {state_dtype: ", dtype, "}\npolicy: {resident_units: 2}\n"));
+    const std::string error = ErrorOf(absl::StrCat("optimizer: {state_dtype: ", dtype,
+                                                   "}\npolicy: {resident_units: 2}\nhosts: {count: 2, address: h0}\n"));
     EXPECT_CONTAINS(error, "field 'policy.resident_units'");
-    EXPECT_CONTAINS(error, "fp32 moments, got 2");
+    EXPECT_CONTAINS(error, "keep fp32 moments, got 2");
   }
-  for (const char* ok : {"optimizer: {state_dtype: int8}\npolicy: {resident_units: -1}\n",
+  for (const char* ok : {"optimizer: {state_dtype: int8}\npolicy: {resident_units: 2}\n",
+                         "optimizer: {state_dtype: bf16}\npolicy: {resident_units: 2}\n",
+                         "optimizer: {state_dtype: int8}\npolicy: {resident_units: -1}\nhosts: {count: 2, address: h0}\n",
                          "optimizer: {state_dtype: int8}\npolicy: {resident_units: 0}\n",
-                         "optimizer: {state_dtype: fp32}\npolicy: {resident_units: 2}\n"}) {
+                         "optimizer: {state_dtype: fp32}\npolicy: {resident_units: 2}\nhosts: {count: 2, address: h0}\n"}) {
     absl::StatusOr<TrainConfig> c = ParseTrainConfig(ok, "job.yaml");
     ASSERT_TRUE(c.ok()) << ok << c.status();
   }

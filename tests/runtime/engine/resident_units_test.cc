@@ -184,13 +184,62 @@ TEST(ResidentUnits, DigestReadsTheResidentState) {
   EXPECT_EQ((*a)->WeightsDigest(), (*b)->WeightsDigest());
 }
 
-// Resident units keep fp32 moments: a job asking for them with compact moments is
-// refused naming the field.
-TEST(ResidentUnits, CompactMomentsAreRefused) {
+// Issue 22: resident units keep the job's compact moments (bf16, or 8 bits with their
+// blocks' scales) in their own buffers and update them with the host path's arithmetic
+// and random bits: with one worker the weights of the streamed run bit for bit, some or
+// all units resident, and through plan changes that bring their state (codes and
+// scales) back to the host and out again.
+TEST(ResidentUnits, CompactMomentsEqualTheStreamedRunBitForBit) {
+  const ModelConfig c = TinyShape(ModelFamily::kQwen3);
+  for (MomentDtype d : {MomentDtype::kBf16, MomentDtype::kInt8}) {
+    SCOPED_TRACE(NameOf(d));
+    const std::string dir = ::testing::TempDir() + "/resident_compact_" + NameOf(d);
+    std::filesystem::remove_all(dir);
+    const Weights init = MakeModelDir(c, dir + "/init", 43);
+    TrainConfig tc = BaseConfig(dir + "/init");
+    tc.optimizer.state_dtype = d;
+    tc.policy.chunk_elems = 512;  // whole quantization blocks, several chunks a unit
+    tc.workers = 1;
+    tc.steps = 4;
+    TrainConfig streamed = tc;
+    streamed.policy.resident_units = 0;
+    const Weights want = RunEngine(streamed, c, dir + "/streamed");
+    EXPECT_GT((want.at("model.norm.weight") - init.at("model.norm.weight")).abs().max().item<double>(), 1e-4);
+    for (int64_t resident : {2, 9}) {
+      TrainConfig r = tc;
+      r.policy.resident_units = resident;
+      ExpectBitEqual(RunEngine(r, c, dir + "/resident" + std::to_string(resident)), want);
+    }
+    // 2 resident, then none, then all, then 1: one step each.
+    TrainConfig r = tc;
+    r.policy.resident_units = 2;
+    auto trainer = Trainer::Create(r);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    for (int64_t resident : {2, 0, 4, 1}) {
+      PlanKnobs k;
+      k.micro_batch_size = r.micro_batch_size;
+      k.grad_accum = r.grad_accum;
+      k.policy = r.policy;
+      k.policy.resident_units = resident;
+      ASSERT_TRUE((*trainer)->UsePlan(k).ok());
+      absl::StatusOr<StepStats> st = (*trainer)->Step();
+      ASSERT_TRUE(st.ok()) << st.status();
+    }
+    ASSERT_TRUE((*trainer)->ExportHf(dir + "/planned").ok());
+    ExpectBitEqual(ReadModelDir(c, dir + "/planned"), want);
+  }
+}
+
+// Over several hosts resident units keep fp32 moments (their replicas' state is gathered
+// from fp32 shards): a job asking for them with compact moments is refused naming the
+// field.
+TEST(ResidentUnits, CompactMomentsOverSeveralHostsAreRefused) {
   TrainConfig tc = TinyTrainConfig(2);
   tc.optimizer.state_dtype = MomentDtype::kInt8;
   tc.policy.chunk_elems = 256;
   tc.policy.resident_units = 1;
+  tc.hosts.count = 2;
+  tc.hosts.address = "127.0.0.1";
   absl::StatusOr<std::unique_ptr<Trainer>> t = Trainer::Create(tc);
   ASSERT_FALSE(t.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();

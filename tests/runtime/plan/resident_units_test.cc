@@ -21,6 +21,7 @@
 #include "runtime/plan/policy.h"
 #include "runtime/plan/residency.h"
 #include "runtime/plan/step_model.h"
+#include "runtime/state/moment_codec.h"
 
 namespace slidedp {
 namespace {
@@ -75,8 +76,14 @@ TEST(Residency, PlacesTheFirstUnitsOnTheLeastLoadedRank) {
   EXPECT_EQ(two.owner, (std::vector<int>{0, 1, 1, 1, -1}));
   EXPECT_EQ(two.bytes, (std::vector<int64_t>{32 * 20, 36 * 20}));
   EXPECT_EQ(two.max_bytes(), 36 * 20);
-  EXPECT_EQ(ResidentBytesPerParam(2), 18);
-  EXPECT_EQ(ResidentBytesPerParam(4), 20);
+  EXPECT_EQ(ResidentUnitBytes(1000, 2), 18 * 1000);
+  EXPECT_EQ(ResidentUnitBytes(1000, 4), 20 * 1000);
+  // Compact moments: bf16 4 bytes a parameter for m and v; int8 2, and two fp32 scales
+  // per block of 256 (the last partial).
+  EXPECT_EQ(ResidentUnitBytes(1000, 2, MomentDtype::kBf16), 14 * 1000);
+  EXPECT_EQ(ResidentUnitBytes(1000, 2, MomentDtype::kInt8), 12 * 1000 + 4 * 8);
+  EXPECT_EQ(PlaceResident(units, 3, 1, 2, MomentDtype::kInt8).bytes,
+            (std::vector<int64_t>{ResidentUnitBytes(32, 2, MomentDtype::kInt8) + 2 * ResidentUnitBytes(12, 2, MomentDtype::kInt8)}));
   // Counts out of range clamp.
   EXPECT_EQ(PlaceResident(units, 99, 2, 2).units, 5);
   EXPECT_EQ(PlaceResident(units, -1, 2, 2).units, 0);
@@ -261,23 +268,20 @@ TEST(ResidentUnits, EstimateMemoryGrowsByTheirBytesAndKeptBlocksGiveWay) {
 // ---------------------------------------------------------------------------------
 // How many, left to auto.
 
-TEST(ResidentUnits, TheJobsCountWinsAndAutoMakesNoneOnTheCpuDeviceOrWithCompactMoments) {
+TEST(ResidentUnits, TheJobsCountWinsAndAutoMakesNoneOnTheCpuDevice) {
   const ModelShape s = Qwen3B();
   EXPECT_EQ(ResidentUnits(s, Job(4, 4096), Knobs(4, 1, 0), kH200), 0);
   EXPECT_EQ(ResidentUnits(s, Job(4, 4096), Knobs(4, 1, 7), 10 * kGiB), 7) << "forced, even over the budget";
   EXPECT_EQ(ResidentUnits(s, Job(4, 4096), Knobs(4, 1, 1000), kH200), s.num_units());
   EXPECT_EQ(ResidentUnits(s, Job(4, 4096, 1, /*cuda=*/false), Knobs(4, 1, -1), 0), 0);
-  JobShape compact = Job(4, 4096);
-  compact.fp32_moments = false;
-  EXPECT_EQ(ResidentUnits(s, compact, Knobs(4, 1, -1), kH200), 0);
   // JobShapeOf says which moments the job keeps.
   TrainConfig c;
   c.device = DeviceKind::kCuda;
-  EXPECT_TRUE(JobShapeOf(c).fp32_moments);
+  EXPECT_EQ(JobShapeOf(c).moments, MomentDtype::kFp32);
   c.optimizer.state_dtype = MomentDtype::kInt8;
-  EXPECT_FALSE(JobShapeOf(c).fp32_moments);
+  EXPECT_EQ(JobShapeOf(c).moments, MomentDtype::kInt8);
   c.optimizer.state_dtype = MomentDtype::kBf16;
-  EXPECT_FALSE(JobShapeOf(c).fp32_moments);
+  EXPECT_EQ(JobShapeOf(c).moments, MomentDtype::kBf16);
   // Nothing fits beside the plan: none.
   EXPECT_EQ(ResidentUnits(s, Job(4, 4096), Knobs(4, 1, -1), 8 * kGiB), 0);
 }
@@ -318,6 +322,37 @@ TEST(ResidentUnits, AutoMakesUnitsResidentAtSmallBatchOnTheH200) {
   EXPECT_LT(ResidentUnits(s, job, Knobs(4, 1, -1, -1), 40 * kGiB, r), chosen);
   // A large batch keeps its GPU busy with compute: fewer resident units pay.
   EXPECT_LT(ResidentUnits(s, Job(64, 4096), Knobs(4, 16, -1, -1), memory, r), chosen);
+}
+
+// Issue 22 with 21: compact moments take fewer GPU bytes a resident unit (14 or about 12
+// a parameter in bf16 against 18), so more units fit one budget; on the one-H200 host the
+// qwen3-14b shape with int8 moments (the capacity case) makes units resident at 4 x 4096
+// and is predicted faster than with none.
+TEST(ResidentUnits, CompactMomentsFitMoreUnitsAndAutoMakesThemResident) {
+  const ModelShape s = ShapeOf(*PresetConfig("qwen3-14b"));
+  const int64_t budget = 60 * kGiB;
+  const int64_t fp32 = ResidentUnitsWithin(s.unit_params, 1, 2, budget);
+  const int64_t bf16 = ResidentUnitsWithin(s.unit_params, 1, 2, budget, MomentDtype::kBf16);
+  const int64_t int8 = ResidentUnitsWithin(s.unit_params, 1, 2, budget, MomentDtype::kInt8);
+  EXPECT_GT(fp32, 0);
+  EXPECT_GT(bf16, fp32);
+  EXPECT_GT(int8, bf16);
+  JobShape job = Job(4, 4096);
+  job.moments = MomentDtype::kInt8;
+  job.update_bytes_per_param = 12.0 + 2.0 * MomentBytesPerParam(MomentDtype::kInt8);
+  const Rates r = DefaultRates(s, job);
+  const int64_t memory = MemoryBudget(0, kH200);
+  const int64_t chosen = ResidentUnits(s, job, Knobs(4, 1, -1, -1), memory, r);
+  EXPECT_GT(chosen, 0);
+  PlanKnobs none = Knobs(4, 1, 0, -1), resident = Knobs(4, 1, chosen, -1);
+  none.policy.kept_blocks = KeptBlocks(s, job, none, memory);
+  resident.policy.kept_blocks = KeptBlocks(s, job, resident, memory);
+  const StepPrediction p0 = PredictStep(s, job, none, r), p1 = PredictStep(s, job, resident, r);
+  EXPECT_LT(p1.step_seconds, p0.step_seconds);
+  EXPECT_LE(p1.memory.total, memory / 10 * 9);
+  // The int8 update on the GPU moves 18 bytes a parameter to fp32's 30.
+  JobShape fp32_job = Job(4, 4096);
+  EXPECT_NEAR(r.gpu_update_params_per_s / DefaultRates(s, fp32_job).gpu_update_params_per_s, 30.0 / 18.0625, 1e-9);
 }
 
 TEST(ResidentUnits, TiesGoToFewer) {
@@ -439,12 +474,17 @@ TEST(ResidentUnits, TheWorkerResolvesAutoWithTheKeptBlocksAgainstTheDevicesMemor
   EXPECT_EQ(plan.resident_units, ResidentUnits(s, Job(4, 4096), Knobs(4, 1, -1, -1), memory));
   EXPECT_GT(plan.resident_units, 0);
   EXPECT_EQ(plan.kept_blocks, KeptBlocks(s, Job(4, 4096), Knobs(4, 1, plan.resident_units, -1), memory));
-  // The job's count wins; compact moments and the CPU device make none by themselves.
+  // The job's count wins; the CPU device makes none by itself. Compact moments are
+  // resolved as fp32 ones, with their own (fewer) bytes a unit.
   c.policy.resident_units = 3;
   EXPECT_EQ(ChooseActivations(c, m, 2, kH200).resident_units, 3);
   c.policy.resident_units = -1;
   c.optimizer.state_dtype = MomentDtype::kBf16;
-  EXPECT_EQ(ChooseActivations(c, m, 2, kH200).resident_units, 0);
+  JobShape bf16 = Job(4, 4096);
+  bf16.moments = MomentDtype::kBf16;
+  bf16.update_bytes_per_param = JobShapeOf(c).update_bytes_per_param;
+  EXPECT_EQ(ChooseActivations(c, m, 2, kH200).resident_units, ResidentUnits(s, bf16, Knobs(4, 1, -1, -1), memory));
+  EXPECT_GT(ChooseActivations(c, m, 2, kH200).resident_units, 0);
   c.optimizer.state_dtype = MomentDtype::kFp32;
   c.device = DeviceKind::kCpu;
   EXPECT_EQ(ChooseActivations(c, m, 4, 0).resident_units, 0);

@@ -12,7 +12,6 @@
 
 #include "runtime/state/adamw.h"
 #include "runtime/state/adamw_device.h"
-#include "runtime/state/adamw_kernels.h"
 
 namespace slidedp {
 namespace {
@@ -100,13 +99,7 @@ TEST(AdamWDevice, StoredMomentsEqualTheCpuUpdateBitForBit) {
         a.out_bf16 = true;
         a.n = n;
         a.step = step;
-        a.spans = static_cast<int>(spans.size());
-        for (size_t j = 0; j < spans.size(); ++j) {
-          AdamWHyper hs = h;
-          hs.weight_decay = spans[j].weight_decay;
-          a.span_end[j] = spans[j].end;
-          a.span_decay[j] = adamw_internal::MakeCoeffs(hs).decay;
-        }
+        ASSERT_TRUE(SetDecaySpans(h, spans, &a));
         ASSERT_EQ(LaunchAdamWStored(DeviceCoeffs(h), a, /*stream=*/nullptr), "");
         SCOPED_TRACE(::testing::Message() << "step " << step);
         ASSERT_TRUE(at::equal(dp.cpu(), p)) << "master";

@@ -20,35 +20,17 @@
 
 #include "runtime/state/adamw.h"
 #include "runtime/state/adamw_kernels.h"
+#include "tests/runtime/state/stored_moments.h"
 
 namespace slidedp {
 namespace {
 
 namespace emu = ::slidedp::device_adamw_emulated;
 
-// One unit's state as the host stores it.
-struct UnitState {
-  MomentDtype dtype;
+// One unit's state as the host stores it: the master and the stored moments.
+struct UnitState : ::slidedp::testing::StoredMoments {
   std::vector<float> p;
-  std::vector<uint8_t> m, v;
-  std::vector<float> ms, vs;
-  UnitState(MomentDtype d, int64_t n) : dtype(d), p(n) {
-    m.assign(n * MomentWidth(d), 0);
-    v.assign(n * MomentWidth(d), 0);
-    ms.assign((n + kMomentBlock - 1) / kMomentBlock, 0.0f);
-    vs.assign(ms.size(), 0.0f);
-  }
-  MomentView view() {
-    MomentView mv;
-    mv.dtype = dtype;
-    mv.m = m.data();
-    mv.v = v.data();
-    if (dtype == MomentDtype::kInt8) {
-      mv.m_scale = ms.data();
-      mv.v_scale = vs.data();
-    }
-    return mv;
-  }
+  UnitState(MomentDtype d, int64_t n) : StoredMoments(d, n), p(n) {}
 };
 
 constexpr int64_t kN = 3 * kMomentBlock + 77;
@@ -118,13 +100,7 @@ TEST(AdamWDeviceEmulated, StoredMomentsEqualTheCpuUpdateBitForBit) {
         a.out_bf16 = out_bf16;
         a.n = kN;
         a.step = step;
-        a.spans = static_cast<int>(kSpans.size());
-        for (size_t j = 0; j < kSpans.size(); ++j) {
-          AdamWHyper hs = h;
-          hs.weight_decay = kSpans[j].weight_decay;
-          a.span_end[j] = kSpans[j].end;
-          a.span_decay[j] = adamw_internal::MakeCoeffs(hs).decay;
-        }
+        ASSERT_TRUE(SetDecaySpans(h, kSpans, &a));
         // Two thread blocks for the unit's four quantization blocks: the grid-stride loops.
         const emu::StoredLaunch launch{DeviceCoeffs(h), a};
         if (d == MomentDtype::kInt8) {

@@ -17,6 +17,7 @@
 
 #include "runtime/state/adamw.h"
 #include "runtime/state/adamw_kernels.h"
+#include "tests/runtime/state/stored_moments.h"
 
 namespace slidedp {
 namespace {
@@ -37,31 +38,7 @@ std::vector<float> Spread(int64_t n, uint32_t seed, bool non_negative) {
   return x;
 }
 
-// Stored moments of n elements of `dtype`, with the view pointing at them.
-struct Stored {
-  MomentDtype dtype;
-  std::vector<uint8_t> m, v;
-  std::vector<float> ms, vs;
-  explicit Stored(MomentDtype d, int64_t n) : dtype(d) {
-    const int64_t width = MomentWidth(d);
-    m.assign(n * width, 0);
-    v.assign(n * width, 0);
-    ms.assign((n + kMomentBlock - 1) / kMomentBlock, 0.0f);
-    vs.assign(ms.size(), 0.0f);
-  }
-  MomentView view() {
-    MomentView mv;
-    mv.dtype = dtype;
-    mv.m = m.data();
-    mv.v = v.data();
-    if (dtype == MomentDtype::kInt8) {
-      mv.m_scale = ms.data();
-      mv.v_scale = vs.data();
-    }
-    return mv;
-  }
-  bool operator==(const Stored& o) const { return m == o.m && v == o.v && ms == o.ms && vs == o.vs; }
-};
+using Stored = ::slidedp::testing::StoredMoments;  // stored_moments.h
 
 std::vector<Isa> VectorIsas() {
   std::vector<Isa> out;
