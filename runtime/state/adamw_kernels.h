@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/state/adamw.h"
+#include "runtime/state/adamw_element.h"
 
 namespace slidedp {
 namespace adamw_internal {
@@ -21,50 +22,10 @@ const char* IsaName(Isa isa);
 bool IsaSupported(Isa isa);  // by this build and this CPU
 Isa BestIsa();               // the fastest supported one (computed once)
 
-// The per-step scalars of AdamWHyper, computed once in double as torch does (its
-// Python-side scalars are doubles) and rounded to fp32, the precision of its kernels.
-struct Coeffs {
-  float grad_scale;  // g = grad_scale * grad
-  float decay;       // 1 - lr * weight_decay
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float bias2_sqrt;  // sqrt(1 - beta2^step)
-  float eps;
-  float neg_step_size;  // -lr / (1 - beta1^step)
-};
+// The per-step scalars of AdamWHyper (adamw_element.h's Coeffs), computed once in double
+// as torch does (its Python-side scalars are doubles) and rounded to fp32, the precision
+// of its kernels.
 Coeffs MakeCoeffs(const AdamWHyper& h);
-
-// Forces `x` to be rounded to fp32 on its own: the compiler may not fuse the product
-// that produced it into a following addition (torch runs those ops as separate kernels).
-inline float Rounded(float x) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  asm("" : "+x"(x));
-#elif defined(__GNUC__) && defined(__aarch64__)
-  asm("" : "+w"(x));
-#else
-  volatile float y = x;
-  x = y;
-#endif
-  return x;
-}
-
-// The definition of one element's update, in torch's order (adamw.h). torch's CPU
-// kernels for `m.mul_(b1).add_(g, 1 - b1)` and `v.mul_(b2).addcmul_(g, g, 1 - b2)` use
-// a fused multiply-add, so this does too; everything else is rounded op by op.
-inline void AdamWElement(const Coeffs& c, float* p, float g_raw, float* m, float* v, float* sqrt_v = nullptr) {
-  const float g = c.grad_scale * g_raw;
-  const float decayed = Rounded(*p * c.decay);
-  const float m_new = __builtin_fmaf(g, c.one_minus_beta1, c.beta1 * *m);
-  const float v_new = __builtin_fmaf(c.one_minus_beta2 * g, g, c.beta2 * *v);
-  const float root = __builtin_sqrtf(v_new);
-  if (sqrt_v != nullptr) *sqrt_v = root;
-  const float denom = root / c.bias2_sqrt + c.eps;
-  *p = decayed + (c.neg_step_size * m_new) / denom;
-  *m = m_new;
-  *v = v_new;
-}
 
 // bf16 rounding (nearest even, NaN -> 0x7FC0, as LibTorch converts) and widening, inline
 // for the update's hot loops (moment_codes.h; safetensors.h has out-of-line versions).

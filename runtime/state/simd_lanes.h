@@ -1,14 +1,14 @@
 // Private to the update's kernels (adamw_kernels.cc, moment_codec.cc): the x86 vector
-// helpers both use, each the lane-by-lane form of a scalar function of adamw_kernels.h:
-// AdamWElement's arithmetic, and bf16 widening and narrowing (Bf16Bits: nearest even,
-// NaN -> 0x7FC0), on 8 and 16 lanes. Compiled for their instruction set with target
-// attributes; callers run them only after IsaSupported() says the CPU has it.
-// Threads: pure functions; any thread.
+// helpers both use, each the lane-by-lane form of a scalar function (adamw_element.h,
+// moment_codes.h): AdamWElement's arithmetic, and bf16 widening and narrowing (Bf16Bits:
+// nearest even, NaN -> 0x7FC0), on 8 and 16 lanes. Compiled for their instruction set
+// with target attributes; callers run them only after IsaSupported() says the CPU has
+// it. Threads: pure functions; any thread.
 #pragma once
 
 #include <cstdint>
 
-#include "runtime/state/adamw_kernels.h"
+#include "runtime/state/adamw_element.h"
 
 #if defined(SLIDEDP_SIMD_EMULATED)
 // The same kernels over SIMDe's portable definitions of the intrinsics (a test build,
