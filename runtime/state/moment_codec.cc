@@ -64,6 +64,7 @@ using moment_codes::InvSqrtScale;
 using moment_codes::kExpOffset;
 using moment_codes::kMBits;
 using moment_codes::kSmallestNormal;
+using moment_codes::kSubnormalUnit;
 using moment_codes::kVBits;
 using moment_codes::Larger;
 
@@ -76,10 +77,6 @@ inline float AbsMax(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) mx = Larger(Abs(x[i]), mx);
   return mx;
 }
-
-// The subnormal codes' unit, 2^-(14+K), for the vector decodes.
-template <int K>
-constexpr float kSubnormalUnit = 1.0f / static_cast<float>(1u << (14 + K));
 
 // The kernels of one instruction set for the 8-bit moments, over one quantization block
 // (pointers at its first element; `blk` the stored moments' view there):

@@ -108,6 +108,8 @@ inline constexpr uint32_t kExpOffset = 127 - 15;
 inline constexpr float kSmallestNormal = 0x1p-14f;
 inline constexpr int kMBits = 3;  // m: sign and e4m3 of |m| / absmax
 inline constexpr int kVBits = 4;  // v: e4m4 of sqrt(v / absmax)
+template <int K>
+inline constexpr float kSubnormalUnit = 1.0f / static_cast<float>(1u << (14 + K));  // 2^-(14+K), exact
 
 // x in [0, 1] (larger: 1; NaN and below 0: 0) to its code, rounded stochastically by
 // `bits`: the bits below the code's last place get the top 23 - K random bits added
@@ -124,8 +126,7 @@ SLIDEDP_HD inline uint32_t EncodeUnitFloat(float x, uint32_t bits) {
 
 template <int K>
 SLIDEDP_HD inline float DecodeUnitFloat(uint32_t c) {
-  constexpr float unit = 1.0f / static_cast<float>(1u << (14 + K));  // 2^-(14+K), exact
-  if (c < (1u << K)) return Mul(static_cast<float>(c), unit);
+  if (c < (1u << K)) return Mul(static_cast<float>(c), kSubnormalUnit<K>);
   return FloatOf((c + (kExpOffset << K)) << (23 - K));
 }
 
