@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -308,7 +309,8 @@ TEST(MomentCodec, OnePassInt8UpdateEqualsDecodeUpdateEncode) {
   h.grad_scale = 0.5f;
   h.step = 4;
   for (int64_t n : std::vector<int64_t>{1, 7, 17, 255, 256, 257, 700, 3 * kMomentBlock + 33}) {
-    const std::vector<DecaySpan> spans = {{0, n / 3, 0.1f}, {n / 3, n / 3 + 5, 0.0f}, {n / 3 + 5, n, 0.05f}};
+    const int64_t cut1 = n / 3, cut2 = std::min(n, n / 3 + 5);  // spans within the unit, some empty
+    const std::vector<DecaySpan> spans = {{0, cut1, 0.1f}, {cut1, cut2, 0.0f}, {cut2, n, 0.05f}};
     std::vector<adamw_internal::Coeffs> coeffs;
     for (const DecaySpan& sp : spans) {
       AdamWHyper hs = h;
