@@ -11,21 +11,6 @@
 #include "runtime/state/adamw_device.h"
 
 namespace slidedp {
-namespace {
-
-// A host buffer of the state as a tensor (the moments are raw pointers).
-at::Tensor HostTensor(void* p, int64_t n, at::ScalarType t) { return at::from_blob(p, {n}, at::TensorOptions().dtype(t)); }
-
-// The element types of stored m and v (moment_codec.h).
-at::ScalarType MType(MomentDtype d) {
-  return d == MomentDtype::kFp32 ? at::kFloat : d == MomentDtype::kBf16 ? at::kBFloat16 : at::kChar;
-}
-at::ScalarType VType(MomentDtype d) {
-  return d == MomentDtype::kFp32 ? at::kFloat : d == MomentDtype::kBf16 ? at::kBFloat16 : at::kByte;
-}
-int64_t Blocks(int64_t n) { return (n + kMomentBlock - 1) / kMomentBlock; }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ResidentState>> ResidentState::Create(HostState* state, const Residency& placement,
                                                                      const std::vector<at::Device>& devices,
@@ -89,18 +74,18 @@ absl::Status ResidentState::Allocate(const std::vector<at::Device>& devices) {
       streams_[owner] = std::move(*s);
     }
     const int64_t n = state_->layout().units[u].numel;
-    const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-    const MomentDtype moments = state_->moment_dtype();
-    Unit& unit = units_[u];
-    unit.master = at::empty({n}, f32);
-    unit.m = at::empty({n}, f32.dtype(MType(moments)));
-    unit.v = at::empty({n}, f32.dtype(VType(moments)));
-    if (moments == MomentDtype::kInt8) {
-      unit.m_scale = at::empty({Blocks(n)}, f32);
-      unit.v_scale = at::empty({Blocks(n)}, f32);
+    const at::TensorOptions on_device = at::TensorOptions().device(device);
+    const UnitState& host = state_->unit(u);  // m and v as stored; the scales (one host) the unit's
+    UnitState& unit = units_[u].state;
+    unit.master = at::empty({n}, on_device.dtype(at::kFloat));
+    unit.m = at::empty({n}, on_device.dtype(host.m.scalar_type()));
+    unit.v = at::empty({n}, on_device.dtype(host.v.scalar_type()));
+    if (host.m_scale.defined()) {
+      unit.m_scale = at::empty(host.m_scale.sizes(), on_device.dtype(at::kFloat));
+      unit.v_scale = at::empty(host.v_scale.sizes(), on_device.dtype(at::kFloat));
     }
-    unit.grad = at::zeros({n}, f32);
-    unit.params = at::empty({n}, f32.dtype(state_->compute_dtype()));
+    unit.grad = at::zeros({n}, on_device.dtype(at::kFloat));
+    unit.params = at::empty({n}, on_device.dtype(state_->compute_dtype()));
     if (hosts_ != nullptr && device.is_cuda() && host_grad_.numel() < n) {
       host_grad_ = at::empty({n}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
     }
@@ -129,6 +114,7 @@ Event ResidentState::updated(int u) {
 
 void ResidentState::Update(int u, const AdamWHyper& h, const std::vector<float>& decay, int threads) {
   Unit& unit = units_[u];
+  UnitState& s = unit.state;
   DeviceStreams& streams = *streams_[owner(u)];
   const UnitLayout& layout = state_->layout().units[u];
   Event ready;
@@ -139,40 +125,20 @@ void ResidentState::Update(int u, const AdamWHyper& h, const std::vector<float>&
   streams.Wait(StreamKind::kCompute, ready);
   {
     const std::unique_ptr<StreamUse> use = streams.Use(StreamKind::kCompute);
-    if (unit.master.is_cuda()) {
-      std::vector<std::pair<int64_t, int64_t>> spans;
-      for (const ParamSpec& p : layout.params) spans.emplace_back(p.offset, p.numel);
-      RunDeviceAdamW(unit.master, h, decay, spans, unit.grad, unit.m, unit.v, unit.m_scale, unit.v_scale,
-                     unit.params);
-    } else if (state_->moment_dtype() != MomentDtype::kFp32) {
-      // The CPU device with compact moments: the host path's call (update_pipeline.cc)
-      // on the unit's own buffers, the whole unit at once (its element 0 is index 0).
-      std::vector<DecaySpan> spans;
-      for (size_t i = 0; i < layout.params.size(); ++i) {
-        const ParamSpec& p = layout.params[i];
-        spans.push_back({p.offset, p.offset + p.numel, decay[i]});
-      }
-      MomentView mv;
-      mv.dtype = state_->moment_dtype();
-      mv.m = unit.m.data_ptr();
-      mv.v = unit.v.data_ptr();
-      if (unit.m_scale.defined()) {
-        mv.m_scale = unit.m_scale.data_ptr<float>();
-        mv.v_scale = unit.v_scale.data_ptr<float>();
-      }
-      AdamWUpdateStored(h, spans, unit.master.numel(), unit.master.data_ptr<float>(), unit.grad.data_ptr<float>(),
-                        nullptr, mv, /*first_index=*/0, threads);
-      unit.params.copy_(unit.master);
+    std::vector<DecaySpan> spans;
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const ParamSpec& p = layout.params[i];
+      spans.push_back({p.offset, p.offset + p.numel, decay[i]});
+    }
+    if (s.master.is_cuda()) {
+      RunDeviceAdamW(s, h, spans);
     } else {
-      // The CPU device: the host path's arithmetic on the unit's own buffers.
-      for (size_t i = 0; i < layout.params.size(); ++i) {
-        const ParamSpec& p = layout.params[i];
-        AdamWHyper hp = h;
-        hp.weight_decay = decay[i];
-        AdamWUpdate(hp, p.numel, unit.master.data_ptr<float>() + p.offset, unit.grad.data_ptr<float>() + p.offset,
-                    unit.m.data_ptr<float>() + p.offset, unit.v.data_ptr<float>() + p.offset, threads);
-      }
-      unit.params.copy_(unit.master);
+      // The CPU device: the host path's call (update_pipeline.cc; with fp32 moments the
+      // bits of AdamWUpdate) on the unit's own buffers, the whole unit at once (its
+      // element 0 is index 0).
+      AdamWUpdateStored(h, spans, s.master.numel(), s.master.data_ptr<float>(), s.grad.data_ptr<float>(), nullptr,
+                        MomentsOf(state_->moment_dtype(), s), /*first_index=*/0, threads);
+      s.params.copy_(s.master);
     }
   }
   const Event done = streams.Record(StreamKind::kCompute);
@@ -182,15 +148,12 @@ void ResidentState::Update(int u, const AdamWHyper& h, const std::vector<float>&
 
 std::vector<ResidentState::StatePair> ResidentState::StatePairs(int u) {
   const int64_t sb = state_->shard_begin(u), n = state_->shard_end(u) - sb;
-  const MomentView mv = state_->moments(u);
-  const MomentDtype d = state_->moment_dtype();
-  Unit& unit = units_[u];
-  std::vector<StatePair> pairs = {{state_->unit(u).master, unit.master, sb, n},
-                                  {HostTensor(mv.m, n, MType(d)), unit.m, sb, n},
-                                  {HostTensor(mv.v, n, VType(d)), unit.v, sb, n}};
-  if (d == MomentDtype::kInt8) {  // one host (Create): the shard is the unit
-    pairs.push_back({HostTensor(mv.m_scale, Blocks(n), at::kFloat), unit.m_scale, 0, Blocks(n)});
-    pairs.push_back({HostTensor(mv.v_scale, Blocks(n), at::kFloat), unit.v_scale, 0, Blocks(n)});
+  const UnitState& host = state_->unit(u);
+  const UnitState& unit = units_[u].state;
+  std::vector<StatePair> pairs = {{host.master, unit.master, sb, n}, {host.m, unit.m, sb, n}, {host.v, unit.v, sb, n}};
+  if (host.m_scale.defined()) {  // one host (Create): the shard is the unit
+    pairs.push_back({host.m_scale, unit.m_scale, 0, host.m_scale.numel()});
+    pairs.push_back({host.v_scale, unit.v_scale, 0, host.v_scale.numel()});
   }
   return pairs;
 }
@@ -202,7 +165,7 @@ at::Tensor ResidentState::GradToHost(int u) {
     ready = units_[u].grad_ready;
   }
   streams_[owner(u)]->HostWait(ready);
-  const at::Tensor& grad = units_[u].grad;
+  const at::Tensor& grad = units_[u].state.grad;
   if (!grad.is_cuda()) return grad;  // the CPU device: summed where it is
   at::Tensor host = host_grad_.narrow(0, 0, grad.numel());
   host.copy_(grad);  // synchronous: complete on return
@@ -210,7 +173,7 @@ at::Tensor ResidentState::GradToHost(int u) {
 }
 
 void ResidentState::GradFromHost(int u, const at::Tensor& host) {
-  at::Tensor grad = units_[u].grad;
+  at::Tensor grad = units_[u].state.grad;
   // Synchronous, so that the update issued after this call reads the sum.
   if (!host.is_same(grad)) grad.copy_(host);
 }
@@ -219,8 +182,10 @@ void ResidentState::ToHost() {
   for (int u = 0; u < state_->num_units(); ++u) {
     if (!resident(u)) continue;
     streams_[owner(u)]->HostWait(updated(u));
-    Unit& unit = units_[u];
-    for (const StatePair& pair : StatePairs(u)) at::Tensor(pair.host).copy_(pair.device.narrow(0, pair.begin, pair.length));
+    const UnitState& unit = units_[u].state;
+    for (const StatePair& pair : StatePairs(u)) {
+      at::Tensor(pair.host).copy_(pair.device.narrow(0, pair.begin, pair.length));
+    }
     // The streamed copy follows the master: refreshed from it on one host; over several
     // the replica's copy is the whole unit's (the same bits on every host).
     if (hosts_ == nullptr) {
@@ -235,7 +200,7 @@ absl::Status ResidentState::FromHost() {
   for (int u = 0; u < state_->num_units(); ++u) {
     if (!resident(u)) continue;
     streams_[owner(u)]->HostWait(updated(u));
-    Unit& unit = units_[u];
+    const UnitState& unit = units_[u].state;
     for (const StatePair& pair : StatePairs(u)) {
       if (hosts_ == nullptr) {
         pair.device.narrow(0, pair.begin, pair.length).copy_(pair.host);
@@ -254,9 +219,7 @@ absl::Status ResidentState::FromHost() {
 }
 
 #if !defined(SLIDEDP_TORCH_CUDA)
-void RunDeviceAdamW(const at::Tensor&, const AdamWHyper&, const std::vector<float>&,
-                    const std::vector<std::pair<int64_t, int64_t>>&, const at::Tensor&, const at::Tensor&,
-                    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+void RunDeviceAdamW(const UnitState&, const AdamWHyper&, const std::vector<DecaySpan>&) {
   throw std::runtime_error("resident units on a GPU: this build has no CUDA kernels");
 }
 #endif

@@ -6,8 +6,7 @@
 // AdamW runs there, on an update stream of its own, as soon as the update pipeline
 // issues it: the GPU kernels of runtime/state/adamw_device.h, or on the CPU device the
 // CPU AdamW over buffers of their own (the same code path, so CI proves it); both give
-// the bits of the unit's update in host memory. Events
-// order it: after the unit's gradient is complete (SetGradReady), before the next read
+// the bits of the unit's update in host memory. Events order it: after the unit's gradient is complete (SetGradReady), before the next read
 // of its parameters (updated). The host state stays the authority for durability:
 // ToHost before checkpoints, export and the digest, FromHost after a restore.
 // Over several hosts (issue 24) every host keeps the same resident units whole on its
@@ -43,9 +42,10 @@ class ResidentState {
  public:
   // Allocates the resident units of `placement` on `devices[owner]` (one device per
   // rank) and copies their state from `state`. RESOURCE_EXHAUSTED when a GPU cannot
-  // hold them; INVALID_ARGUMENT for compact moments over several hosts (their shards are
-  // fp32's) or a unit of more parameters than the GPU kernel takes (kMaxDeviceSpans). `hosts` (the trainer's group; null:
-  // one host): every host must place the same units (FAILED_PRECONDITION otherwise, and
+  // hold them; INVALID_ARGUMENT for compact moments over several hosts (their shards
+  // are fp32's) or a unit of more parameters than the GPU kernel takes
+  // (kMaxDeviceSpans). `hosts` (the trainer's group; null: one host): every host must
+  // place the same units (FAILED_PRECONDITION otherwise, and
   // when any host's GPU cannot hold them, this host's included: no host shrinks alone),
   // and their state is gathered from every host's shard.
   static absl::StatusOr<std::unique_ptr<ResidentState>> Create(HostState* state, const Residency& placement,
@@ -58,8 +58,8 @@ class ResidentState {
   int owner(int u) const { return placement_.owner[u]; }
   // On the owner's device: the compute copy ([numel], compute dtype) and the fp32
   // gradient ([numel]) of resident unit `u`.
-  const at::Tensor& params(int u) const { return units_[u].params; }
-  const at::Tensor& grad(int u) const { return units_[u].grad; }
+  const at::Tensor& params(int u) const { return units_[u].state.params; }
+  const at::Tensor& grad(int u) const { return units_[u].state.grad; }
 
   // Owner's worker: this step's gradient of `u` is complete in grad(u) at `e`.
   void SetGradReady(int u, const Event& e);
@@ -87,8 +87,8 @@ class ResidentState {
 
  private:
   struct Unit {
-    at::Tensor master, m, v, grad, params;
-    at::Tensor m_scale, v_scale;  // 8-bit moments: fp32 per block; otherwise undefined
+    // master, m, v (and the 8-bit scales), grad and params, as the host state's types.
+    UnitState state;
     Event grad_ready, updated;
   };
   // One buffer of a unit's state: this host's part in the host state, beside the
@@ -115,12 +115,10 @@ class ResidentState {
   absl::Mutex mu_;  // the events of units_
 };
 
-// Runs the GPU AdamW (adamw_device.h) on the current stream of the buffers' device, the
+// Runs the GPU AdamW (adamw_device.h) over a resident unit's buffers `s` on the current
+// stream of their device, each parameter range of `spans` with its weight decay, the
 // moments' kind told by m's dtype (float, bfloat16, or int8 with the scales):
 // resident_state_cuda.cc with a CUDA LibTorch; elsewhere it throws.
-void RunDeviceAdamW(const at::Tensor& master, const AdamWHyper& h, const std::vector<float>& decay,
-                    const std::vector<std::pair<int64_t, int64_t>>& spans, const at::Tensor& grad,
-                    const at::Tensor& m, const at::Tensor& v, const at::Tensor& m_scale, const at::Tensor& v_scale,
-                    const at::Tensor& params);
+void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<DecaySpan>& spans);
 
 }  // namespace slidedp

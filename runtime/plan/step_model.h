@@ -57,9 +57,9 @@ inline constexpr const char* kResHostMemory = "host_memory";
 inline constexpr const char* kResNetwork = "network";
 // The number of units resident on a GPU for `knobs` (the first ones, forward order;
 // runtime/plan/residency.h places them): policy.resident_units when >= 0 (at most the
-// units). For -1 (auto): none on the cpu device and over several hosts (each host would choose from its own GPUs, and their sums through host memory
-// are predicted slower than streaming there); on cuda the
-// count with the least predicted step time (PredictStep with `rates`) among none and
+// units). For -1 (auto): none on the cpu device and over several hosts (each host
+// would choose from its own GPUs, and their sums through host memory are predicted
+// slower than streaming there); on cuda the count with the least predicted step time (PredictStep with `rates`) among none and
 // eighths of the most that fit: whose resident bytes (on the rank holding most) and the
 // EstimateMemory of the plan with no kept blocks fit in 90% of `memory_bytes` (all
 // units when `memory_bytes` is 0, no limit known). Kept blocks and resident units

@@ -236,10 +236,9 @@ int64_t HostState::bytes() const {
   return b;
 }
 
-MomentView HostState::moments(int u) {
-  UnitState& s = units_[u];
+MomentView MomentsOf(MomentDtype dtype, const UnitState& s) {
   MomentView mv;
-  mv.dtype = moment_dtype_;
+  mv.dtype = dtype;
   mv.m = s.m.data_ptr();
   mv.v = s.v.data_ptr();
   if (s.m_scale.defined()) {
@@ -248,6 +247,8 @@ MomentView HostState::moments(int u) {
   }
   return mv;
 }
+
+MomentView HostState::moments(int u) { return MomentsOf(moment_dtype_, units_[u]); }
 
 void HostState::RefreshAllParams() {
   for (int u = 0; u < num_units(); ++u) RefreshParams(u, shard_begin(u), shard_end(u));

@@ -26,6 +26,12 @@ class StopToken;  // runtime/io/stop_token.h
 // FNV-1a over the bytes of `tensors` in order, 16 hex digits (HostState::MasterDigest).
 std::string MasterDigestOf(const std::vector<at::Tensor>& tensors);
 
+struct UnitState;
+// The stored moments in `s` (m, v and, for int8, the scales) as a MomentView of `dtype`
+// from their element 0: the host state's, and a resident unit's buffers (which hold the
+// same tensors on a device).
+MomentView MomentsOf(MomentDtype dtype, const UnitState& s);
+
 struct UnitState {
   at::Tensor master;  // fp32 [shard]: elements [shard_begin, shard_end) of the unit
   at::Tensor m;       // [numel] as stored: fp32, bf16, or int8 codes

@@ -87,15 +87,17 @@ inline float AbsMax(const float* x, int64_t n) {
 //   scales sm, sv), AdamWElement with the gradient `grad` (or the bf16 bits in `gp`,
 //   which then receive the new parameters narrowed), the new m and sqrt(v) into `mo` and
 //   `ro`; *m_max and *v_max become the largest of what they held and the new |m| and v.
-// - Decode: `n` elements of a view (several blocks) into fp32.
+// - Decode: `n` elements of a view (several blocks, each with its scales) into fp32.
 using EncodeBlockFn = void (*)(const MomentView& blk, int64_t len, const float* m, const float* sqrt_v, float sm,
                                float sv, uint32_t key, int64_t index0);
 using UpdatePartFn = void (*)(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp,
                               const int8_t* qm, const uint8_t* qv, float sm, float sv, float* mo, float* ro,
                               float* m_max, float* v_max);
+using DecodeFn = void (*)(const MomentView& mv, int64_t n, float* m, float* v);
 struct Int8Kernels {
   EncodeBlockFn encode_block;
   UpdatePartFn update_part;
+  DecodeFn decode;
   float (*abs_max)(const float* x, int64_t n);
 };
 
@@ -139,7 +141,7 @@ void DecodeInt8Scalar(const MomentView& mv, int64_t n, float* m, float* v) {
   }
 }
 
-constexpr Int8Kernels kScalarKernels = {EncodeBlockScalar, UpdatePartScalar, AbsMax};
+constexpr Int8Kernels kScalarKernels = {EncodeBlockScalar, UpdatePartScalar, DecodeInt8Scalar, AbsMax};
 
 #ifdef SLIDEDP_X86_KERNELS
 
@@ -319,7 +321,7 @@ SLIDEDP_AVX512 void UpdatePartAvx512(const Coeffs& c, int64_t n, float* p, const
   for (; i < n; ++i) UpdateElement(c, i, p, grad, gp, qm, qv, sm, sv, mo, ro, *m_max, *v_max);
 }
 
-constexpr Int8Kernels kAvx512Kernels = {EncodeBlockAvx512, UpdatePartAvx512, AbsMax512};
+constexpr Int8Kernels kAvx512Kernels = {EncodeBlockAvx512, UpdatePartAvx512, DecodeInt8Avx512, AbsMax512};
 
 // ------------------------------------------------------------------ AVX2
 
@@ -509,7 +511,7 @@ SLIDEDP_AVX2 void UpdatePartAvx2(const Coeffs& c, int64_t n, float* p, const flo
   for (; i < n; ++i) UpdateElement(c, i, p, grad, gp, qm, qv, sm, sv, mo, ro, *m_max, *v_max);
 }
 
-constexpr Int8Kernels kAvx2Kernels = {EncodeBlockAvx2, UpdatePartAvx2, AbsMax256};
+constexpr Int8Kernels kAvx2Kernels = {EncodeBlockAvx2, UpdatePartAvx2, DecodeInt8Avx2, AbsMax256};
 
 #endif  // SLIDEDP_X86_KERNELS
 
@@ -523,19 +525,6 @@ const Int8Kernels& KernelsOf(Isa isa) {
 #endif
     default:
       return kScalarKernels;
-  }
-}
-
-void DecodeInt8(Isa isa, const MomentView& mv, int64_t n, float* m, float* v) {
-  switch (isa) {
-#ifdef SLIDEDP_X86_KERNELS
-    case Isa::kAvx512:
-      return DecodeInt8Avx512(mv, n, m, v);
-    case Isa::kAvx2:
-      return DecodeInt8Avx2(mv, n, m, v);
-#endif
-    default:
-      return DecodeInt8Scalar(mv, n, m, v);
   }
 }
 
@@ -578,7 +567,7 @@ void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v)
     WidenBf16(isa, static_cast<const uint16_t*>(mv.v), n, v);
     return;
   }
-  DecodeInt8(isa, mv, n, m, v);
+  KernelsOf(isa).decode(mv, n, m, v);
 }
 
 void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, const float* v,
