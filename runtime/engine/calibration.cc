@@ -96,8 +96,11 @@ double AdamWParamsPerSecond(int64_t n, bool bf16_grad, MomentDtype moments, int 
 // Forces the device's queued work to finish (portable across LibTorch versions).
 void Sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
 
+// A token's seconds: a block's forward without a graph, its forward with a graph and
+// backward (a kept block's two passes), its backward recomputed from the input
+// (RecomputedBlockBackward, a recomputed block's), and the head's forward and backward.
 struct GpuTimes {
-  double forward_s = 0.0, recompute_backward_s = 0.0, head_s = 0.0;
+  double forward_s = 0.0, kept_s = 0.0, recompute_backward_s = 0.0, head_s = 0.0;
 };
 
 // One decoder block of `model` over `tokens` tokens, and the loss head over a chunk.
@@ -123,15 +126,20 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
   }
   std::vector<at::Tensor> leaves;
   const BlockParams p = ViewBlock(block, flat, &leaves);
-  t.recompute_backward_s = BestSeconds(2, stop, [&] {
-    at::Tensor xi = x.detach().requires_grad_(true);
-    at::Tensor y = BlockForward(model, p, xi, rope);
-    y.backward(at::ones_like(y));
-    Sync(xi.grad());
-    for (at::Tensor& l : leaves) {
-      if (l.defined()) l.mutable_grad().reset();
-    }
-  }) / tokens;
+  const at::Tensor dy = at::ones_like(x);
+  auto backward_s = [&](auto&& backward) {
+    return BestSeconds(2, stop, [&] {
+             at::Tensor xi = x.detach().requires_grad_(true);
+             backward(xi);
+             Sync(xi.grad());
+             for (at::Tensor& l : leaves) {
+               if (l.defined()) l.mutable_grad().reset();
+             }
+           }) /
+           tokens;
+  };
+  t.kept_s = backward_s([&](const at::Tensor& xi) { BlockForward(model, p, xi, rope).backward(dy); });
+  t.recompute_backward_s = backward_s([&](const at::Tensor& xi) { RecomputedBlockBackward(model, p, xi, rope, 0, dy); });
   // The head: final norm, logits over the vocabulary, loss, backward.
   at::Tensor norm = at::ones({model.hidden_size}, opt).requires_grad_(true);
   at::Tensor lm = (at::randn({model.vocab_size, model.hidden_size}, opt) * 0.02).requires_grad_(true);
@@ -217,11 +225,14 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
     const int64_t head_tokens = std::min<int64_t>(config.policy.loss_chunk_tokens, batch * seq);
     const GpuTimes g = MeasureGpu(model, batch, seq, std::max<int64_t>(1, head_tokens), device, dtype, stop);
     r.forward_s = g.forward_s;
-    r.recompute_s = g.forward_s;
-    r.backward_s = std::max(0.0, g.recompute_backward_s - g.forward_s);
+    r.backward_s = std::max(0.0, g.kept_s - g.forward_s);
+    // What the recompute adds to that backward: less than a forward on the fused path,
+    // which skips the MLP's down projection.
+    r.recompute_s = std::max(0.0, g.recompute_backward_s - r.backward_s);
     r.head_s = g.head_s;
-    c.notes.push_back(absl::StrFormat("block forward %.3g s, backward %.3g s a token; head %.3g s a token (%s, %d x %d)",
-                                      r.forward_s, r.backward_s, r.head_s, device.str(), batch, seq));
+    c.notes.push_back(absl::StrFormat(
+        "block forward %.3g s, backward %.3g s, its recompute %.3g s a token; head %.3g s a token (%s, %d x %d)",
+        r.forward_s, r.backward_s, r.recompute_s, r.head_s, device.str(), batch, seq));
     if (!job.cuda) {
       // Transfers are copies on the worker's thread.
       r.h2d_gbps = r.d2h_gbps = r.duplex_gbps = r.collective_gbps = CopyGbps(int64_t{16} << 20, 1, stop) / 2;

@@ -246,8 +246,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
       for (size_t mb = 0; mb < MB; ++mb) {
         at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
         inputs.xs[mb] = at::Tensor();
-        at::Tensor y = BlockForward(cfg, p, x, in.layouts[mb], activations_.mlp_tile);
-        y.backward(grad_h[mb]);
+        RecomputedBlockBackward(cfg, p, x, in.layouts[mb], activations_.mlp_tile, grad_h[mb]);
         grad_h[mb] = x.grad();
         for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
       }

@@ -40,13 +40,18 @@ at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up);
 
 // The MLP's down projection of SwiGLU, down(silu(gate) * up) + down_b, with gate and up
 // the two halves of gu [..., 2F] (FusedLinears over gate_proj and up_proj); down_w
-// [H, F], down_b [H] or undefined; returns [..., H]. `lean`: autograd keeps gu and
+// [H, F], down_b [H] or undefined; returns [..., H]. `kLean`: autograd keeps gu and
 // down_w but not the product [..., F], which backward recomputes with the SwiGLU kernel
-// (for a graph kept from forward to backward); otherwise it keeps the product too (for a
+// (for a graph kept from forward to backward); `kProduct` keeps the product too (for a
 // graph that backward uses at once, as TiledMlp's recompute). The roundings are those
 // of FusedSwiglu followed by at::linear.
+// `kGradientOnly`: lean, and forward computes neither the product nor the GEMM; the
+// output is an uninitialised tensor of its shape, for a caller that only back-propagates
+// through it (a block recomputed for its backward: RecomputedBlockBackward). Backward is
+// the lean one, the same bits.
+enum class SwigluDownKeeps { kProduct, kLean, kGradientOnly };
 at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b,
-                           bool lean = true);
+                           SwigluDownKeeps keeps = SwigluDownKeeps::kLean);
 
 // Linears of one input as one GEMM: x [..., in] times weights[i] [out_i, in] stacked
 // along their rows, plus biases[i] [out_i] stacked (all defined or all undefined);

@@ -21,12 +21,12 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
-// Fused (fused_ops.h): gate and up as one GEMM, then the down projection, `lean` (it
-// keeps no [.., FFN] product for backward) where the graph lives from forward to
-// backward. Otherwise ATen's ops, the reference.
-at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, bool lean = true) {
+// Fused (fused_ops.h): gate and up as one GEMM, then the down projection as `keeps`
+// says (lean, the default, keeps no [.., FFN] product for backward, where the graph
+// lives from forward to backward). Otherwise ATen's ops, the reference.
+at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, SwigluDownKeeps keeps = SwigluDownKeeps::kLean) {
   if (fused) {
-    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b, lean);
+    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b, keeps);
   }
   return Linear(at::silu(Linear(h, w.gate_w, w.gate_b)) * Linear(h, w.up_w, w.up_b), w.down_w, w.down_b);
 }
@@ -88,8 +88,9 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
       at::AutoGradMode grad_mode(true);
       variable_list inputs{h.narrow(1, s, n).detach().requires_grad_(true)};
       for (size_t i = 0; i < K; ++i) inputs.push_back(saved[1 + i].detach().requires_grad_(true));
+      // Only this tile's gradients are wanted: the fused down projection computes no output.
       const at::Tensor y = Mlp(Unpack(at::TensorList(inputs).slice(1), present), inputs[0], fused,
-                               /*lean=*/false);  // this tile's graph is used at once
+                               SwigluDownKeeps::kGradientOnly);
       const variable_list g = torch::autograd::grad({y}, inputs, {gy.narrow(1, s, n)});
       gh.narrow(1, s, n).copy_(g[0]);
       for (size_t i = 0; i < K; ++i) {
@@ -115,9 +116,11 @@ at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile) {
   return TiledMlp(w, h, tile, UseFusedOps(h));
 }
 
-at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused) {
+at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread) {
   const int64_t T = h.size(1);
-  if (tile <= 0 || tile >= T) return Mlp(w, h, fused);
+  if (tile <= 0 || tile >= T) {
+    return Mlp(w, h, fused, output_unread ? SwigluDownKeeps::kGradientOnly : SwigluDownKeeps::kLean);
+  }
   MlpWeights copy = w;
   std::vector<at::Tensor> defined;
   int64_t present = 0;

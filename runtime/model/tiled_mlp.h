@@ -21,8 +21,12 @@ struct MlpWeights {
 // the weights are summed over tiles in fp32 and rounded once to the weights' dtype.
 // With `fused` (fused_ops.h: bf16 tensors), gate and up are one GEMM and the untiled
 // MLP keeps for backward its input, gate | up [rows, T, 2 * FFN] and the weights, not
-// the SwiGLU product; the overload without it fuses where UseFusedOps(h).
-at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused);
+// the SwiGLU product; the overload without it fuses where UseFusedOps(h). Fused, each
+// tile's recompute in backward skips the down projection's GEMM (only its gradients are
+// wanted). `output_unread`: the caller only back-propagates through the output
+// (RecomputedBlockBackward): whole and fused, its values are not computed
+// (FusedSwigluDown's kGradientOnly); tiled or unfused, they are.
+at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread = false);
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile);
 
 // The tile the policy uses when the job does not fix one: the whole sequence while one

@@ -8,6 +8,7 @@
 #include <limits>
 #include <cstdlib>
 #include <string>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
 
 #include "runtime/model/fused_ops.h"
@@ -224,6 +225,13 @@ TokenLayout DocumentLayout(const ModelConfig& c, const at::Tensor& positions, co
   return layout;
 }
 
+namespace {
+
+// A block's output as the two terms of its last residual add: y = x1 + mlp.
+struct BlockTerms {
+  at::Tensor x1, mlp;
+};
+
 // The fused kernels (fused_ops.h), the same math: RMSNorm, the residual add before the
 // post-attention norm, RoPE and SwiGLU each one kernel; q/k/v one GEMM and gate/up one
 // GEMM (FusedLinears). RoPE reads q and k in place as views of the QKV output and writes
@@ -237,8 +245,10 @@ TokenLayout DocumentLayout(const ModelConfig& c, const at::Tensor& positions, co
 // that attention's saved v does not hold q's and k's columns too; with q/k norms (Qwen3)
 // those norms read a contiguous copy of q and k, which they keep in place of the GEMM's
 // output.
-at::Tensor FusedBlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
-                             const TokenLayout& layout, int64_t mlp_tile) {
+//
+// `mlp_unread`: the caller only back-propagates through mlp (TiledMlp's output_unread).
+BlockTerms FusedBlockTerms(const ModelConfig& c, const BlockParams& p, const at::Tensor& x, const TokenLayout& layout,
+                           int64_t mlp_tile, bool mlp_unread) {
   const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
 
@@ -263,14 +273,12 @@ at::Tensor FusedBlockForward(const ModelConfig& c, const BlockParams& p, const a
   a = a.transpose(1, 2).reshape({B, T, nh * D});
   auto [x1, h2] = FusedAddRmsNorm(x, Linear(a, p.o_w, p.o_b), p.post_norm, c.rms_norm_eps);
   const MlpWeights mlp{p.gate_w, p.gate_b, p.up_w, p.up_b, p.down_w, p.down_b};
-  return x1 + TiledMlp(mlp, h2, mlp_tile, /*fused=*/true);
+  return {x1, TiledMlp(mlp, h2, mlp_tile, /*fused=*/true, mlp_unread)};
 }
 
-at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
-                        const TokenLayout& layout, int64_t mlp_tile) {
-  if (UseFusedOps(x) && p.input_norm.scalar_type() == at::kBFloat16) {
-    return FusedBlockForward(c, p, x, layout, mlp_tile);
-  }
+// ATen's composition, the reference.
+BlockTerms AtenBlockTerms(const ModelConfig& c, const BlockParams& p, const at::Tensor& x, const TokenLayout& layout,
+                          int64_t mlp_tile) {
   const int64_t B = x.size(0), T = x.size(1), D = c.head_dim;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
 
@@ -300,7 +308,49 @@ at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Te
 
   at::Tensor h2 = RmsNorm(x1, p.post_norm, c.rms_norm_eps);
   const MlpWeights mlp{p.gate_w, p.gate_b, p.up_w, p.up_b, p.down_w, p.down_b};
-  return x1 + TiledMlp(mlp, h2, mlp_tile, /*fused=*/false);
+  return {x1, TiledMlp(mlp, h2, mlp_tile, /*fused=*/false)};
+}
+
+bool Fused(const BlockParams& p, const at::Tensor& x) {
+  return UseFusedOps(x) && p.input_norm.scalar_type() == at::kBFloat16;
+}
+
+// SLIDEDP_RECOMPUTE_WHOLE=1 in the environment: recomputed blocks compute their MLP's
+// output as well (the code before RecomputedBlockBackward skipped it; A/B runs).
+bool RecomputeWhole() {
+  static const bool whole = [] {
+    const char* v = std::getenv("SLIDEDP_RECOMPUTE_WHOLE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return whole;
+}
+
+void BackwardOfTerms(const BlockTerms& t, const at::Tensor& dy) { torch::autograd::backward({t.x1, t.mlp}, {dy, dy}); }
+
+}  // namespace
+
+at::Tensor FusedBlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
+                             const TokenLayout& layout, int64_t mlp_tile) {
+  const BlockTerms t = FusedBlockTerms(c, p, x, layout, mlp_tile, /*mlp_unread=*/false);
+  return t.x1 + t.mlp;
+}
+
+at::Tensor BlockForward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
+                        const TokenLayout& layout, int64_t mlp_tile) {
+  if (Fused(p, x)) return FusedBlockForward(c, p, x, layout, mlp_tile);
+  const BlockTerms t = AtenBlockTerms(c, p, x, layout, mlp_tile);
+  return t.x1 + t.mlp;
+}
+
+void FusedRecomputedBlockBackward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
+                                  const TokenLayout& layout, int64_t mlp_tile, const at::Tensor& dy) {
+  BackwardOfTerms(FusedBlockTerms(c, p, x, layout, mlp_tile, /*mlp_unread=*/!RecomputeWhole()), dy);
+}
+
+void RecomputedBlockBackward(const ModelConfig& c, const BlockParams& p, const at::Tensor& x,
+                             const TokenLayout& layout, int64_t mlp_tile, const at::Tensor& dy) {
+  if (Fused(p, x)) return FusedRecomputedBlockBackward(c, p, x, layout, mlp_tile, dy);
+  BackwardOfTerms(AtenBlockTerms(c, p, x, layout, mlp_tile), dy);
 }
 
 at::Tensor HeadLogits(const ModelConfig& c, const at::Tensor& norm_weight, const at::Tensor& lm_head,

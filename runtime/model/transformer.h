@@ -73,6 +73,19 @@ at::Tensor BlockForward(const ModelConfig& config, const BlockParams& p, const a
 at::Tensor FusedBlockForward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
                              const TokenLayout& layout, int64_t mlp_tile = 0);
 
+// The backward of one block recomputed from its input (a block that kept only its
+// input): x is a leaf that requires grad, dy the gradient of BlockForward's output; x's
+// gradient lands in x.grad() and the parameters' in their leaves. The same gradients, bit
+// for bit, as BlockForward(...).backward(dy), without computing what backward never
+// reads: on the fused path, the MLP's down projection (its GEMM and the SwiGLU product
+// before it), a quarter of a qwen2.5-3b block's forward FLOPs at 4096 positions
+// (SLIDEDP_RECOMPUTE_WHOLE=1 in the environment computes them anyway, for A/B runs).
+// The Fused form is callable on CPU tensors, as FusedBlockForward is.
+void RecomputedBlockBackward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
+                             const TokenLayout& layout, int64_t mlp_tile, const at::Tensor& dy);
+void FusedRecomputedBlockBackward(const ModelConfig& config, const BlockParams& p, const at::Tensor& x,
+                                  const TokenLayout& layout, int64_t mlp_tile, const at::Tensor& dy);
+
 // The head unit's final-norm weight and LM-head matrix: views into `head` ([numel] of
 // the head unit), the LM head being the embedding table `table` (a view of unit 0's
 // flat tensor) when the layout ties them.

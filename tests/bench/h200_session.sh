@@ -9,7 +9,7 @@
 # long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
-# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
+# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi).
@@ -126,6 +126,21 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            for f in 0 1; do
              SLIDEDP_FUSED=$f '"$SB"' --micro_batch_size=4 --grad_accum=4 --trace=$R/t16_fused$f.json
              python3 tests/bench/trace_blocks.py $R/t16_fused$f.json --micro_batches=4 --label=fused=$f
+           done' ;;
+    # Issue 20: recomputed blocks without the MLP's down projection (RecomputedBlockBackward)
+    # against the whole recompute (SLIDEDP_RECOMPUTE_WHOLE=1), the same binary,
+    # alternated: 3.09B at 64 x 4096 (recompute-bound: 3 of 36 blocks kept), traced; then
+    # 7.62B at 32 x 4096 (recab7b).
+    recab) TAILN=16 step recab ${RECAB_CAP:-300} bash -c '
+           for w in 1 0; do
+             SLIDEDP_RECOMPUTE_WHOLE=$w '"$SB"' --micro_batch_size=4 --grad_accum=16 --steps=3 \
+               --trace=$R/t64_whole$w.json | grep -E "mean of|kept"
+             python3 tests/bench/trace_blocks.py $R/t64_whole$w.json --micro_batches=16 --label=whole=$w
+           done' ;;
+    recab7b) TAILN=8 step recab7b ${RECAB_CAP:-330} bash -c '
+           for w in 1 0; do
+             SLIDEDP_RECOMPUTE_WHOLE=$w '"$B"'/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=8 \
+               --steps=3 --prefetch=2 | grep -E "mean of|kept"
            done' ;;
     # Issue 20: the fused kernels' 16-byte forms against their 2-byte scalar forms
     # (SLIDEDP_FUSED_VECTOR=0), the same binary, interleaved, 3.09B at 16 x 4096, traced.

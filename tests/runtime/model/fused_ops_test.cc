@@ -158,14 +158,17 @@ TEST(FusedOps, RopeReadsStridedViewsInPlace) {
   }
 }
 
-// The down projection of SwiGLU, lean (the product recomputed in backward) or not,
+// The down projection of SwiGLU, lean (the product recomputed in backward), keeping the
+// product, or for gradients only (no output computed: only the gradients are compared),
 // against silu(gate) * up then a linear, on gate | up halves of one tensor; odd sizes,
 // with and without the bias.
 TEST(FusedOps, SwigluDownMatchesAtenForwardAndEveryGradient) {
   at::manual_seed(8);
   for (const at::Device& dev : Devices()) {
-    for (int variant = 0; variant < 4; ++variant) {
-      const bool bias = variant & 1, lean = variant < 2;
+    for (int variant = 0; variant < 6; ++variant) {
+      const bool bias = variant & 1;
+      const SwigluDownKeeps keeps =
+          variant < 2 ? SwigluDownKeeps::kLean : variant < 4 ? SwigluDownKeeps::kProduct : SwigluDownKeeps::kGradientOnly;
       const int64_t B = 3, T = 7, H = 45, F = 133;
       const at::Tensor gu0 = Randn({B, T, 2 * F}, dev, 2.0), w0 = Randn({H, F}, dev, 0.1);
       const at::Tensor b0 = bias ? Randn({H}, dev) : at::Tensor(), gy = Randn({B, T, H}, dev);
@@ -173,11 +176,12 @@ TEST(FusedOps, SwigluDownMatchesAtenForwardAndEveryGradient) {
       at::Tensor ba = bias ? Leaf(b0) : at::Tensor(), bf = bias ? Leaf(b0) : at::Tensor();
       const at::Tensor act = at::silu(gua.narrow(-1, 0, F)) * gua.narrow(-1, F, F);
       const at::Tensor ya = bias ? at::linear(act, wa, ba) : at::linear(act, wa);
-      const at::Tensor yf = FusedSwigluDown(guf, wf, bf, lean);
+      const at::Tensor yf = FusedSwigluDown(guf, wf, bf, keeps);
       ya.backward(gy);
       yf.backward(gy);
-      const std::string what = dev.str() + (bias ? " with bias" : " without bias") + (lean ? " lean" : "");
-      ExpectClose(yf, ya, what + " y");
+      const std::string what = dev.str() + (bias ? " with bias " : " without bias ") + std::to_string(variant / 2);
+      ASSERT_EQ(yf.sizes(), ya.sizes()) << what;
+      if (keeps != SwigluDownKeeps::kGradientOnly) ExpectClose(yf, ya, what + " y");
       ExpectClose(guf.grad(), gua.grad(), what + " d(gate | up)");
       ExpectClose(wf.grad(), wa.grad(), what + " d down_w");
       if (bias) ExpectClose(bf.grad(), ba.grad(), what + " d down_b");
