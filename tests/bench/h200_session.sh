@@ -129,13 +129,15 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            done' ;;
     # Issue 20: recomputed blocks without the MLP's down projection (RecomputedBlockBackward)
     # against the whole recompute (SLIDEDP_RECOMPUTE_WHOLE=1), the same binary,
-    # alternated: 3.09B at 64 x 4096 (recompute-bound: 3 of 36 blocks kept), traced; then
+    # alternated: 3.09B at 64 x 4096 (recompute-bound: 3 of 36 blocks kept, the policy's
+    # count there, fixed), traced; then
     # 7.62B at 32 x 4096 (recab7b).
     recab) TAILN=16 step recab ${RECAB_CAP:-300} bash -c '
            for w in 1 0; do
-             SLIDEDP_RECOMPUTE_WHOLE=$w '"$SB"' --micro_batch_size=4 --grad_accum=16 --steps=3 \
+             SLIDEDP_RECOMPUTE_WHOLE=$w '"$SB"' --micro_batch_size=4 --grad_accum=16 --steps=3 --kept_blocks=3 \
                --trace=$R/t64_whole$w.json | grep -E "mean of|kept"
-             python3 tests/bench/trace_blocks.py $R/t64_whole$w.json --micro_batches=16 --label=whole=$w
+             python3 tests/bench/trace_blocks.py $R/t64_whole$w.json --micro_batches=16 --label=whole=$w \
+               --kept=3 --layers=36
            done' ;;
     recab7b) TAILN=8 step recab7b ${RECAB_CAP:-330} bash -c '
            for w in 1 0; do
