@@ -42,7 +42,7 @@ sources() {
     train_config) echo runtime/train_config.cc runtime/train_config_validate.cc ;;
     spec_file) echo client/spec_file.cc server/spec_fields.cc runtime/train_config.cc \
       runtime/train_config_validate.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
-    checkpoint) echo runtime/state/checkpoint.cc runtime/state/moment_codec.cc ;;
+    checkpoint) echo runtime/state/checkpoint.cc runtime/state/moment_codec.cc runtime/state/int8_moments.cc ;;
     job_record) echo server/job_record.cc "$out/gen/slidedp/v1/job.pb.cc" ;;
     spec_translation) echo server/spec_translation.cc server/spec_fields.cc server/path_policy.cc \
       server/peer_policy.cc server/listen_address.cc \

@@ -54,7 +54,8 @@ void AdamWOnePassTile(Isa isa, const Coeffs& c, int64_t n, float* param, const f
 double SumSquaresTile(Isa isa, const float* x, int64_t n);
 
 // The stored moments (moment_codec.h) of elements [0, n) of `mv` into fp32 `m` and `v`
-// with kernel `isa` (moment_codec.cc). Requires IsaSupported(isa).
+// with kernel `isa` (moment_codec.cc; the 8-bit kernels int8_moments.cc). Requires
+// IsaSupported(isa).
 void DecodeMoments(Isa isa, const MomentView& mv, int64_t n, float* m, float* v);
 // bf16 bits -> fp32 (exact), and fp32 -> bf16 rounded to nearest even (NaN: 0x7FC0, as
 // LibTorch converts), n elements, with kernel `isa` (moment_codec.cc).
@@ -75,7 +76,7 @@ void EncodeMoments(Isa isa, const MomentView& mv, int64_t n, const float* m, con
 // until the block's new scales are known, the codes and the parameters (and, when `grad`
 // is null, the bf16 copy in `gp`, whose bits were the gradient) written once. The same
 // bits as DecodeMoments, AdamWTile, EncodeMoments with the update's roots and NarrowBf16
-// one after the other (moment_codec.cc). Requires IsaSupported(isa).
+// one after the other (int8_moments.cc). Requires IsaSupported(isa).
 void AdamWInt8Tile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
                    int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv,
                    const RoundingSeed& seed);

@@ -1,7 +1,7 @@
 // The single values of the stored moments' maps (moment_codec.h says what they are and
 // why): one 8-bit code from a scaled value and its random bits and back, the random bits
 // of an element (RoundingBits), bf16 rounding. One definition for the CPU kernels
-// (moment_codec.cc: the scalar reference, and the vector kernels' remainders) and the GPU
+// (int8_moments.cc: the scalar reference, and the vector kernels' remainders) and the GPU
 // kernel of resident units (adamw_device.cu), so that both give the same bits: every
 // floating-point operation is one IEEE operation rounded to nearest (on the GPU the _rn
 // intrinsics, never contracted into a fused multiply-add), the rest is integer

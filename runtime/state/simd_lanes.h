@@ -1,10 +1,9 @@
-// Private to the update's kernels (adamw_kernels.cc, moment_codec.cc): the x86 vector
-// helpers both use, each the lane-by-lane form of a scalar function (adamw_element.h,
-// moment_codes.h): AdamWElement's arithmetic, and bf16 widening and narrowing (Bf16Bits:
-// nearest even, NaN -> 0x7FC0), on 8 and 16 lanes. Compiled for their instruction set
-// with target attributes; callers run them only after IsaSupported() says the CPU has
-// it. Threads: pure functions; any thread.
-#pragma once
+// Private to the update's kernels (adamw_kernels.cc, moment_codec.cc, int8_moments.cc):
+// the x86 vector helpers they share, each the lane-by-lane form of a scalar function
+// (adamw_element.h, moment_codes.h): AdamWElement's arithmetic, and bf16 widening and
+// narrowing (Bf16Bits: nearest even, NaN -> 0x7FC0), on 8 and 16 lanes. Compiled for
+// their instruction set with target attributes; callers run them only after
+// IsaSupported() says the CPU has it. Threads: pure functions; any thread.
 
 #include <cstdint>
 

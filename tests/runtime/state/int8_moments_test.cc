@@ -161,7 +161,7 @@ TEST(MomentCodec, OnePassInt8UpdateEqualsDecodeUpdateEncode) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // The 8-bit codes never compute with fp32 subnormals (which cost microcode assists on
-// some CPUs, moment_codec.cc): a thread with flush-to-zero and denormals-are-zero set,
+// some CPUs, int8_moments.cc): a thread with flush-to-zero and denormals-are-zero set,
 // as a library may leave it, gets the same codes, decoded values and update, subnormal
 // codes included.
 TEST(MomentCodec, Int8CodesIgnoreTheThreadsFlushToZeroMode) {
