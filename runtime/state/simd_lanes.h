@@ -4,6 +4,7 @@
 // narrowing (Bf16Bits: nearest even, NaN -> 0x7FC0), on 8 and 16 lanes. Compiled for
 // their instruction set with target attributes; callers run them only after
 // IsaSupported() says the CPU has it. Threads: pure functions; any thread.
+#pragma once
 
 #include <cstdint>
 
