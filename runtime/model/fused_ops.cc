@@ -191,11 +191,11 @@ at::Tensor SwigluOfHalves(const at::Tensor& gu) {
 }
 
 // down(silu(gate) * up) + down_b with gate | up in one [..., 2F] tensor. Saves gu and
-// down_w and, with kProduct, the product; otherwise backward recomputes the product (one
-// elementwise kernel) for down_w's gradient. kGradientOnly computes no output values
-// (nothing of backward reads them). The roundings are FusedSwiglu's then at::linear's,
-// as in the unfused graph. (The output is an _unsafe_view, as ATen's matmul makes its
-// own: not a view that autograd would have to track.)
+// down_w; backward recomputes the product (one elementwise kernel) for down_w's
+// gradient. kGradientOnly computes no output values (nothing of backward reads them).
+// The roundings are FusedSwiglu's then at::linear's, as in the unfused graph. (The
+// output is an _unsafe_view, as ATen's matmul makes its own: not a view that autograd
+// would have to track.)
 class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu_in, const at::Tensor& down_w,
@@ -207,14 +207,10 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     std::vector<int64_t> sizes = gu_in.sizes().vec();
     sizes.back() = down_w.size(0);
     ctx->saved_data["bias"] = down_b.has_value() && down_b->defined();
-    if (keeps == SwigluDownKeeps::kGradientOnly) {
-      ctx->save_for_backward({gu, down_w});
-      return at::empty(sizes, gu.options());
-    }
+    ctx->save_for_backward({gu, down_w});
+    if (keeps == SwigluDownKeeps::kGradientOnly) return at::empty(sizes, gu.options());
     const at::Tensor act = SwigluOfHalves(gu);
     at::Tensor out = Linear(act, down_w, down_b.value_or(at::Tensor()));
-    ctx->save_for_backward(keeps == SwigluDownKeeps::kLean ? variable_list{gu, down_w}
-                                                           : variable_list{gu, down_w, act});
     return at::_unsafe_view(out, sizes);
   }
 
@@ -224,8 +220,8 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     const at::Tensor& w = saved[1];
     const int64_t rows = gu.size(0), F = gu.size(1) / 2;
     const at::Tensor dout = grads[0].reshape({rows, w.size(0)}).contiguous();
-    // Not kept (kLean, kGradientOnly): the product lives only for this GEMM.
-    at::Tensor dw = dout.t().mm(saved.size() > 2 ? saved[2] : SwigluOfHalves(gu));
+    // The product lives only for this GEMM.
+    at::Tensor dw = dout.t().mm(SwigluOfHalves(gu));
     at::Tensor db = ctx->saved_data["bias"].toBool() ? dout.sum(0) : at::Tensor();
     const at::Tensor dact = dout.mm(w);
     at::Tensor dgu = at::empty_like(gu);

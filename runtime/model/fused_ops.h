@@ -40,16 +40,13 @@ at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up);
 
 // The MLP's down projection of SwiGLU, down(silu(gate) * up) + down_b, with gate and up
 // the two halves of gu [..., 2F] (FusedLinears over gate_proj and up_proj); down_w
-// [H, F], down_b [H] or undefined; returns [..., H]. `kLean`: autograd keeps gu and
-// down_w but not the product [..., F], which backward recomputes with the SwiGLU kernel
-// (for a graph kept from forward to backward); `kProduct` keeps the product too (for a
-// graph that backward uses at once, as TiledMlp's recompute). The roundings are those
-// of FusedSwiglu followed by at::linear.
-// `kGradientOnly`: lean, and forward computes neither the product nor the GEMM; the
-// output is an uninitialised tensor of its shape, for a caller that only back-propagates
-// through it (a block recomputed for its backward: RecomputedBlockBackward). Backward is
-// the lean one, the same bits.
-enum class SwigluDownKeeps { kProduct, kLean, kGradientOnly };
+// [H, F], down_b [H] or undefined; returns [..., H]. Autograd keeps gu and down_w but
+// not the product [..., F], which backward recomputes with the SwiGLU kernel. The
+// roundings are those of FusedSwiglu followed by at::linear. `kGradientOnly`: forward
+// computes neither the product nor the GEMM, and the output is an uninitialised tensor of
+// its shape, for a caller that only back-propagates through it (a block or an MLP tile
+// recomputed for its backward: RecomputedBlockBackward, TiledMlp); backward is the same.
+enum class SwigluDownKeeps { kLean, kGradientOnly };
 at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b,
                            SwigluDownKeeps keeps = SwigluDownKeeps::kLean);
 

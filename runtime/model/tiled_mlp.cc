@@ -21,9 +21,9 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
-// Fused (fused_ops.h): gate and up as one GEMM, then the down projection as `keeps`
-// says (lean, the default, keeps no [.., FFN] product for backward, where the graph
-// lives from forward to backward). Otherwise ATen's ops, the reference.
+// Fused (fused_ops.h): gate and up as one GEMM, then the down projection (keeping no
+// [.., FFN] product for backward; `keeps` kGradientOnly: no output computed). Otherwise
+// ATen's ops, the reference.
 at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, SwigluDownKeeps keeps = SwigluDownKeeps::kLean) {
   if (fused) {
     return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b, keeps);
