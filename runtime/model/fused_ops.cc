@@ -192,15 +192,15 @@ at::Tensor SwigluOfHalves(const at::Tensor& gu) {
 
 // down(silu(gate) * up) + down_b with gate | up in one [..., 2F] tensor. Saves gu and
 // down_w; backward recomputes the product (one elementwise kernel) for down_w's
-// gradient. kGradientOnly computes no output values (nothing of backward reads them).
+// gradient. With output_unread it computes no output values (nothing of backward reads
+// them).
 // The roundings are FusedSwiglu's then at::linear's, as in the unfused graph. (The
 // output is an _unsafe_view, as ATen's matmul makes its own: not a view that autograd
 // would have to track.)
 class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu_in, const at::Tensor& down_w,
-                            const c10::optional<at::Tensor>& down_b, int64_t keeps_in) {
-    const auto keeps = static_cast<SwigluDownKeeps>(keeps_in);
+                            const c10::optional<at::Tensor>& down_b, bool output_unread) {
     const int64_t width = gu_in.size(-1);
     TORCH_CHECK(width % 2 == 0, "FusedSwigluDown: gate | up needs an even last dimension, got ", width);
     const at::Tensor gu = gu_in.reshape({-1, width}).contiguous();
@@ -208,7 +208,7 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     sizes.back() = down_w.size(0);
     ctx->saved_data["bias"] = down_b.has_value() && down_b->defined();
     ctx->save_for_backward({gu, down_w});
-    if (keeps == SwigluDownKeeps::kGradientOnly) return at::empty(sizes, gu.options());
+    if (output_unread) return at::empty(sizes, gu.options());
     const at::Tensor act = SwigluOfHalves(gu);
     at::Tensor out = Linear(act, down_w, down_b.value_or(at::Tensor()));
     return at::_unsafe_view(out, sizes);
@@ -350,10 +350,10 @@ at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up) {
 }
 
 at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b,
-                           SwigluDownKeeps keeps) {
+                           bool output_unread) {
   return SwigluDownFunction::apply(gu, down_w,
                                    down_b.defined() ? c10::optional<at::Tensor>(down_b) : c10::optional<at::Tensor>(),
-                                   static_cast<int64_t>(keeps));
+                                   output_unread);
 }
 
 at::Tensor FusedLinears(const at::Tensor& x, const std::vector<at::Tensor>& weights,

@@ -42,13 +42,12 @@ at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up);
 // the two halves of gu [..., 2F] (FusedLinears over gate_proj and up_proj); down_w
 // [H, F], down_b [H] or undefined; returns [..., H]. Autograd keeps gu and down_w but
 // not the product [..., F], which backward recomputes with the SwiGLU kernel. The
-// roundings are those of FusedSwiglu followed by at::linear. `kGradientOnly`: forward
+// roundings are those of FusedSwiglu followed by at::linear. `output_unread`: forward
 // computes neither the product nor the GEMM, and the output is an uninitialised tensor of
 // its shape, for a caller that only back-propagates through it (a block or an MLP tile
 // recomputed for its backward: RecomputedBlockBackward, TiledMlp); backward is the same.
-enum class SwigluDownKeeps { kLean, kGradientOnly };
 at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b,
-                           SwigluDownKeeps keeps = SwigluDownKeeps::kLean);
+                           bool output_unread = false);
 
 // Linears of one input as one GEMM: x [..., in] times weights[i] [out_i, in] stacked
 // along their rows, plus biases[i] [out_i] stacked (all defined or all undefined);

@@ -22,11 +22,11 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 }
 
 // Fused (fused_ops.h): gate and up as one GEMM, then the down projection (keeping no
-// [.., FFN] product for backward; `keeps` kGradientOnly: no output computed). Otherwise
+// [.., FFN] product for backward; with `output_unread`, no output computed). Otherwise
 // ATen's ops, the reference.
-at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, SwigluDownKeeps keeps = SwigluDownKeeps::kLean) {
+at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, bool output_unread = false) {
   if (fused) {
-    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b, keeps);
+    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b, output_unread);
   }
   return Linear(at::silu(Linear(h, w.gate_w, w.gate_b)) * Linear(h, w.up_w, w.up_b), w.down_w, w.down_b);
 }
@@ -90,7 +90,7 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
       for (size_t i = 0; i < K; ++i) inputs.push_back(saved[1 + i].detach().requires_grad_(true));
       // Only this tile's gradients are wanted: the fused down projection computes no output.
       const at::Tensor y = Mlp(Unpack(at::TensorList(inputs).slice(1), present), inputs[0], fused,
-                               SwigluDownKeeps::kGradientOnly);
+                               /*output_unread=*/true);
       const variable_list g = torch::autograd::grad({y}, inputs, {gy.narrow(1, s, n)});
       gh.narrow(1, s, n).copy_(g[0]);
       for (size_t i = 0; i < K; ++i) {
@@ -119,7 +119,7 @@ at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile) {
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread) {
   const int64_t T = h.size(1);
   if (tile <= 0 || tile >= T) {
-    return Mlp(w, h, fused, output_unread ? SwigluDownKeeps::kGradientOnly : SwigluDownKeeps::kLean);
+    return Mlp(w, h, fused, output_unread);
   }
   MlpWeights copy = w;
   std::vector<at::Tensor> defined;

@@ -25,7 +25,7 @@ struct MlpWeights {
 // tile's recompute in backward skips the down projection's GEMM (only its gradients are
 // wanted). `output_unread`: the caller only back-propagates through the output
 // (RecomputedBlockBackward): whole and fused, its values are not computed
-// (FusedSwigluDown's kGradientOnly); tiled or unfused, they are.
+// (FusedSwigluDown's output_unread); tiled or unfused, they are.
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread = false);
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile);
 
