@@ -298,16 +298,22 @@ TEST(Hosts, Bf16LandingHoldsTwoPlusTwelveOverHBytesAParameterAndTrainsAsOneHost)
       }
     }
     // One host rounds the job's gradient to bf16 once; each host here rounds its own sum
-    // and the hosts' sum is rounded again: two roundings of the same size where one host
-    // makes one. Measured: 0.011 and 0.0058 against one host's 0.0053 and 0.0038 (H = 2,
-    // 3); a wrong sum (another host's gradient weighted by 0.5) gave 0.14 and 0.12.
-    const double landing = MaxRelativeDifference(w1, w32);
+    // and the hosts' sum is rounded again: two roundings where one host makes one. How
+    // far that moves five steps' weights depends on the CPU's bf16 kernels: on an AVX2
+    // CPU (ATen's bf16 matmuls) 0.011 and 0.0058 (H = 2, 3) against one host's 0.0053 and
+    // 0.0038; on one with AVX-512 BF16 (oneDNN's) 0.0056 and 0.0083 against 0.0015 and
+    // 0.0014, with the weights moved 0.33 and 0.37 from their start. A wrong sum (another
+    // host's gradient weighted by 0.5) gave 0.14 and 0.12: over a third of the training's
+    // movement. The bound: a twentieth of it.
+    const double landing = MaxRelativeDifference(w1, w32), trained = MaxRelativeDifference(wh, init);
     const double to_one = MaxRelativeDifference(wh, w1), to_fp32 = MaxRelativeDifference(wh, w32);
-    std::printf("bf16 landing over %d hosts: vs one host %.3g, vs fp32 landing %.3g; one host's bf16 vs fp32 landing %.3g\n",
-                H, to_one, to_fp32, landing);
-    EXPECT_LT(to_one, 3 * landing);
-    EXPECT_LT(to_fp32, 3 * landing);
-    EXPECT_GT(MaxRelativeDifference(wh, init), 30 * landing) << "the job trained";
+    std::printf("bf16 landing over %d hosts: vs one host %.3g, vs fp32 landing %.3g; one host's bf16 vs fp32 landing "
+                "%.3g; trained %.3g\n",
+                H, to_one, to_fp32, landing, trained);
+    EXPECT_LT(to_one, trained / 20);
+    EXPECT_LT(to_fp32, trained / 20);
+    EXPECT_GT(to_fp32, 0) << "the gradient landed in bf16";
+    EXPECT_GT(trained, 30 * landing) << "the job trained";
   }
 }
 
