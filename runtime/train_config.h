@@ -78,8 +78,9 @@ struct PolicyConfig {
   // one intermediate fits in 1 GiB, else the tile that does (AutoMlpTile).
   int64_t mlp_tile_tokens = 0;
   // Decoder blocks that keep what their backward needs from forward to backward instead
-  // of recomputing their forward there: the last ones (their backward comes first, so
-  // their activations are freed first). -1: auto, as many as the GPU memory budget
+  // of recomputing their forward there: the last ones, which run micro-batch-major with
+  // the head (each micro-batch through them, the loss and back: one micro-batch's graph
+  // held at a time; runtime/plan/step_schedule.h). -1: auto, as many as the GPU memory budget
   // leaves room for (runtime/plan/activation_policy.h's KeptBlocks; none on the cpu
   // device, whose activations are host memory); 0: every block recomputes; N: the last
   // N (all when N >= the layers).

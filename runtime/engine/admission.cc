@@ -236,8 +236,12 @@ HostMemoryNeed EstimateHostMemory(const TrainConfig& config, const ModelConfig& 
   } else {
     const double S = StepSchedule::SlotsFor(config.policy.prefetch_depth);
     // Parameter slots, two fp32 accumulators and the embedding's, bf16 landing buffers.
+    // Blocks the job keeps (the cpu device keeps none unless asked): a slot and an fp32
+    // accumulator each (no larger than the largest unit but the embedding).
+    const double kept_blocks = std::clamp(static_cast<double>(config.policy.kept_blocks), 0.0, L);
     n.worker_buffers = W * (S * u.max_unit * dt + (2 * u.max_rest + u.embedding) * 4 +
-                            (bf16_landing ? (2 * u.max_rest + u.embedding) * dt : 0));
+                            (bf16_landing ? (2 * u.max_rest + u.embedding) * dt : 0) +
+                            kept_blocks * u.max_rest * (dt + 4));
     // Layer inputs, and the hidden states and their gradients of every micro-batch.
     n.activations = W * (kept + 2 * tokens_worker * H * dt);
     // One micro-batch through one block with autograd: hidden-sized tensors (norms in

@@ -30,19 +30,9 @@ void Accumulate(at::Tensor& leaf, const ParamSpec& spec, at::Tensor& acc) {
   leaf.mutable_grad().reset();
 }
 
-// A tensor over `slot`'s memory with a storage of its own (no owner), so that Retarget
-// can point that storage, and with it every view of it (autograd's saved tensors
-// included), at another slot.
-at::Tensor RetargetableView(const at::Tensor& slot) {
-  return at::from_blob(slot.data_ptr(), slot.sizes(), slot.options());
-}
-
-// `view` (a RetargetableView) reads `slot` from now on: same dtype, at least its size.
-void Retarget(const at::Tensor& view, const at::Tensor& slot) {
-  TORCH_CHECK(slot.scalar_type() == view.scalar_type() && slot.numel() >= view.numel() &&
-                  slot.device() == view.device() && slot.is_contiguous(),
-              "Retarget: the new slot does not match the kept graph's parameters");
-  view.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(at::DataPtr(slot.data_ptr(), slot.device()));
+// The phase in a unit's trace span and NVTX range: "forward block 3", "backward head".
+std::string Phase(StepSchedule::Use use) {
+  return use == StepSchedule::Use::kForward || use == StepSchedule::Use::kKept ? "forward " : "backward ";
 }
 
 // Sequence positions per LM-head chunk for micro-batches of `rows` rows.
@@ -99,25 +89,32 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       trace_(trace),
       stop_(stop),
       schedule_(state->num_units(), state->layout().units.back().uses_tied_embedding,
-                config.policy.prefetch_depth),
+                config.policy.prefetch_depth, static_cast<int>(activations_.kept_blocks)),
       lander_(/*inline_mode=*/!device.is_cuda()) {
   const ModelLayout& layout = state->layout();
   const int U = layout.num_units();
-  kept_.resize(U);
 
   const int W = shared->world;
-  int64_t max_numel = 0, max_rest = 0;
+  int64_t max_numel = 0, max_rest = 0, max_block = 0;
   for (int u = 0; u < U; ++u) {
     max_numel = std::max(max_numel, layout.units[u].numel);
     if (u > 0) max_rest = std::max(max_rest, layout.units[u].numel);
+    if (u > 0 && u < U - 1) max_block = std::max(max_block, layout.units[u].numel);
   }
   // Buffers hold W equal slices (the collectives move equal counts per rank).
   auto padded = [&](int64_t n) { return W * SliceLength(std::max<int64_t>(n, 1), W); };
   const at::TensorOptions on_dev = at::TensorOptions().device(device);
   // The ring of slots (step_schedule.h: one computing, `depth` in flight, one more for
-  // the tied head).
+  // the tied head), then one slot and one fp32 accumulator for each kept block.
   const int S = schedule_.num_slots();
-  for (int s = 0; s < S; ++s) slots_.push_back(at::empty({padded(max_numel)}, on_dev.dtype(state->compute_dtype())));
+  for (int s = 0; s < S; ++s) {
+    const int64_t n = s < schedule_.ring_slots() ? max_numel : max_block;
+    slots_.push_back(at::empty({padded(n)}, on_dev.dtype(state->compute_dtype())));
+  }
+  for (int k = 0; k < schedule_.kept_blocks(); ++k) {
+    kept_acc_.push_back(at::empty({padded(max_block)}, on_dev.dtype(at::kFloat)));
+  }
+  kept_acc_free_.resize(kept_acc_.size());
   fetched_.resize(S);
   slot_free_.resize(S);
   compute_begin_.resize(S);
@@ -146,8 +143,6 @@ absl::StatusOr<WorkerStepResult> Worker::RunStep(int64_t step, const WorkerBatch
   } catch (const std::exception& e) {
     error = FromException(e);
   }
-  // A step that failed half-way leaves kept graphs behind: their memory goes now.
-  for (KeptGraph& g : kept_) g = KeptGraph();
   // This worker will not reach its remaining collectives: the others must not wait for
   // it (nor this worker's landings for theirs).
   if (!error.ok()) AbortCollectives();
@@ -194,7 +189,7 @@ void Worker::AbortCollectives() {
 WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv_tokens) {
   const ModelConfig& cfg = state_->config();
   const ModelLayout& layout = state_->layout();
-  const int U = layout.num_units(), head = U - 1;
+  const int U = layout.num_units(), head = U - 1, first_kept = schedule_.first_kept_unit();
   const size_t MB = batch.inputs.size();
   WorkerStepResult r;
   // All LibTorch work of this thread runs on the compute stream.
@@ -205,51 +200,83 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     origin_host_ = MonotonicSeconds();
   }
   const DeviceBatch in = ToDevice(batch);
-  StartFetches(step, schedule_.size(), r);
+  StartFetches(step, StepSchedule::Pass::kStep, r);
 
-  // ------- forward, layer-major; keep each unit's input, or a kept block's graph -------
+  // ------- forward, layer-major up to the kept blocks; keep each unit's input -------
   double t0 = MonotonicSeconds();
   std::vector<SavedInputs> saved(U);
-  std::vector<at::Tensor> h = Forward(step, in, &saved, r);
+  std::vector<at::Tensor> h = Forward(step, in, first_kept, &saved, r);
   r.forward_seconds = MonotonicSeconds() - t0;
 
-  // ---------------- head: loss and its backward, in sequence chunks ----------------
+  // ---- kept blocks and head, micro-batch-major: each micro-batch forward through the ----
+  // ---- kept blocks keeping its graph, the loss in sequence chunks, and back; land ----
   t0 = MonotonicSeconds();
-  const HeadSlots slots = AcquireHead(step, r);
-  at::Tensor head_grad = GradBuffer(head);
-  at::Tensor emb_grad = GradBuffer(0);
+  std::vector<KeptBlock> kept(head - first_kept);
+  HeadSlots slots;
+  at::Tensor head_grad, emb_grad;
   at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   std::vector<at::Tensor> grad_h(MB);
   for (size_t mb = 0; mb < MB; ++mb) {
-    grad_h[mb] = HeadBackward(h[mb], in.targets[mb], slots.head, slots.table, inv_tokens, loss_acc, head_grad, emb_grad);
-    h[mb] = at::Tensor();
+    const bool first = mb == 0, last = mb + 1 == MB;
+    std::vector<KeptGraph> graphs(kept.size());
+    at::Tensor x = std::move(h[mb]);
+    for (int u = first_kept; u < head; ++u) {
+      StopPoint();
+      KeptBlock& b = kept[u - first_kept];
+      const int item = schedule_.forward_item(u);
+      if (first) {
+        const at::Tensor slot = Acquire(step, item, r);
+        b.params = ViewBlock(layout.units[u], slot, &b.leaves);
+        streams_->Wait(StreamKind::kCompute, kept_acc_free_[u - first_kept]);
+        b.grad = kept_acc_[u - first_kept].narrow(0, 0, layout.units[u].numel).zero_();
+      }
+      x = KeptForward(u, b, x, in.layouts[mb], graphs[u - first_kept]);
+      if (first) FirstComputeIssued(step, item, r);
+    }
+    if (first) {
+      slots = AcquireHead(step, r);
+      head_grad = GradBuffer(head);
+      emb_grad = GradBuffer(0);
+    }
+    at::Tensor g = HeadBackward(x, in.targets[mb], slots.head, slots.table, inv_tokens, loss_acc, head_grad, emb_grad);
+    x = at::Tensor();
+    if (last) {
+      ReleaseHead(step, r);
+      Land(head, step, head_grad, r);
+    }
+    for (int u = head - 1; u >= first_kept; --u) {
+      StopPoint();
+      KeptBlock& b = kept[u - first_kept];
+      g = KeptBackward(u, b, graphs[u - first_kept], g);
+      if (last) {
+        Release(step, schedule_.forward_item(u), r);
+        kept_acc_free_[u - first_kept] = Land(u, step, b.grad, r);
+        b = KeptBlock();
+      }
+    }
+    grad_h[mb] = std::move(g);
   }
-  ReleaseHead(step, r);
-  Land(head, step, head_grad, r);
 
-  // ------- backward, l = L-1..1: kept graphs, or recompute from the input; land -------
-  SavedInputs next = head > 1 && !Kept(head - 1) ? Restore(head - 1, std::move(saved[head - 1]), r) : SavedInputs();
-  for (int u = head - 1; u >= 1; --u) {
+  // ------- backward through the other blocks, recomputing from their inputs; land -------
+  const int top = first_kept - 1;  // the last block that is not kept
+  SavedInputs next = top >= 1 ? Restore(top, std::move(saved[top]), r) : SavedInputs();
+  for (int u = top; u >= 1; --u) {
     StopPoint();
     const int it = schedule_.backward_item(u);
     const UnitLayout& unit = layout.units[u];
     const at::Tensor slot = Acquire(step, it, r);
     SavedInputs inputs = std::move(next);
-    if (u > 1 && !Kept(u - 1)) next = Restore(u - 1, std::move(saved[u - 1]), r);  // under this unit's backward
+    if (u > 1) next = Restore(u - 1, std::move(saved[u - 1]), r);  // under this unit's backward
     at::Tensor grad = GradBuffer(u);
-    if (Kept(u)) {
-      KeptBackward(u, slot, grad_h, grad);
-    } else {
-      std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
-      const BlockParams p = ViewBlock(unit, slot, &leaves);
-      streams_->Wait(StreamKind::kCompute, inputs.ready);
-      for (size_t mb = 0; mb < MB; ++mb) {
-        at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
-        inputs.xs[mb] = at::Tensor();
-        RecomputedBlockBackward(cfg, p, x, in.layouts[mb], activations_.mlp_tile, grad_h[mb]);
-        grad_h[mb] = x.grad();
-        for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
-      }
+    std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
+    const BlockParams p = ViewBlock(unit, slot, &leaves);
+    streams_->Wait(StreamKind::kCompute, inputs.ready);
+    for (size_t mb = 0; mb < MB; ++mb) {
+      at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);
+      inputs.xs[mb] = at::Tensor();
+      RecomputedBlockBackward(cfg, p, x, in.layouts[mb], activations_.mlp_tile, grad_h[mb]);
+      grad_h[mb] = x.grad();
+      for (size_t i = 0; i < leaves.size(); ++i) Accumulate(leaves[i], unit.params[i], grad);
     }
     Release(step, it, r);
     Land(u, step, grad, r);
@@ -271,10 +298,10 @@ WorkerStepResult Worker::Eval(int64_t step, const WorkerBatch& batch) {
   WorkerStepResult r;
   const std::unique_ptr<StreamUse> on_compute = streams_->Use(StreamKind::kCompute);
   const DeviceBatch in = ToDevice(batch);
-  // The step's schedule up to the head (and the tied table).
-  StartFetches(step, schedule_.forward_end(), r);
+  // The step's schedule up to the head (and the tied table), kept blocks as forward ones.
+  StartFetches(step, StepSchedule::Pass::kEval, r);
   const double t0 = MonotonicSeconds();
-  std::vector<at::Tensor> h = Forward(step, in, /*saved=*/nullptr, r);
+  std::vector<at::Tensor> h = Forward(step, in, state_->num_units() - 1, /*saved=*/nullptr, r);
   const HeadSlots slots = AcquireHead(step, r);
   at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   for (size_t mb = 0; mb < h.size(); ++mb) {
@@ -304,11 +331,10 @@ Worker::DeviceBatch Worker::ToDevice(const WorkerBatch& batch) {
   return in;
 }
 
-std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, std::vector<SavedInputs>* saved,
-                                        WorkerStepResult& r) {
+std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, int end_unit,
+                                        std::vector<SavedInputs>* saved, WorkerStepResult& r) {
   const ModelConfig& cfg = state_->config();
   const ModelLayout& layout = state_->layout();
-  const int head = layout.num_units() - 1;
   const size_t MB = in.ids.size();
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> h(MB);
@@ -318,55 +344,48 @@ std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, std
   const at::Tensor table = ParamView(layout.units[0], Acquire(step, emb, r), 0);
   for (size_t mb = 0; mb < MB; ++mb) h[mb] = EmbeddingForward(table, in.ids[mb]);
   Release(step, emb, r);
-  for (int u = 1; u < head; ++u) {
+  for (int u = 1; u < end_unit; ++u) {
     StopPoint();
     const int item = schedule_.forward_item(u);
     const at::Tensor slot = Acquire(step, item, r);
-    if (saved != nullptr && Kept(u)) {
-      KeptForward(u, slot, in, h);
-    } else {
-      const BlockParams p = ViewBlock(layout.units[u], slot);
-      if (saved != nullptr) (*saved)[u] = Offload(u, h, r);
-      for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], activations_.mlp_tile);
-    }
+    const BlockParams p = ViewBlock(layout.units[u], slot);
+    if (saved != nullptr) (*saved)[u] = Offload(u, h, r);
+    for (size_t mb = 0; mb < MB; ++mb) h[mb] = BlockForward(cfg, p, h[mb], in.layouts[mb], activations_.mlp_tile);
+    if (schedule_.item(item).use == StepSchedule::Use::kKept) FirstComputeIssued(step, item, r);
     Release(step, item, r);
   }
   return h;
 }
 
-bool Worker::Kept(int u) const {
-  const int head = state_->num_units() - 1;
-  return u < head && u >= head - activations_.kept_blocks;
-}
-
-void Worker::KeptForward(int u, const at::Tensor& slot, const DeviceBatch& in, std::vector<at::Tensor>& h) {
-  KeptGraph& g = kept_[u];
-  g.params = RetargetableView(slot);
-  const BlockParams p = ViewBlock(state_->layout().units[u], g.params, &g.leaves);
+at::Tensor Worker::KeptForward(int u, const KeptBlock& b, const at::Tensor& x, const TokenLayout& layout,
+                               KeptGraph& g) {
+  const Event begin = TraceBegin();
   at::AutoGradMode with_grad(true);
-  for (size_t mb = 0; mb < h.size(); ++mb) {
-    at::Tensor x = h[mb].detach().requires_grad_(true);
-    at::Tensor y = BlockForward(state_->config(), p, x, in.layouts[mb], activations_.mlp_tile);
-    h[mb] = y.detach();
-    g.xs.push_back(std::move(x));
-    g.ys.push_back(std::move(y));
-  }
+  g.x = x.detach().requires_grad_(true);
+  g.y = BlockForward(state_->config(), b.params, g.x, layout, activations_.mlp_tile);
+  TraceEnd("forward " + schedule_.unit_name(u), begin);
+  return g.y.detach();
 }
 
-void Worker::KeptBackward(int u, const at::Tensor& slot, std::vector<at::Tensor>& grad_h, at::Tensor& grad) {
-  KeptGraph g = std::move(kept_[u]);
-  kept_[u] = KeptGraph();
-  // The graph's weights (views of g.params, autograd's saved copies of them included)
-  // now read this fetch of the same unit: the forward's slot holds another unit by now.
-  Retarget(g.params, slot);
+at::Tensor Worker::KeptBackward(int u, KeptBlock& b, KeptGraph& g, const at::Tensor& grad_out) {
+  const Event begin = TraceBegin();
+  g.y.backward(grad_out);
+  at::Tensor grad_in = g.x.grad();
+  g = KeptGraph();
   const UnitLayout& unit = state_->layout().units[u];
-  for (size_t mb = 0; mb < grad_h.size(); ++mb) {
-    g.ys[mb].backward(grad_h[mb]);
-    g.ys[mb] = at::Tensor();
-    grad_h[mb] = g.xs[mb].grad();
-    g.xs[mb] = at::Tensor();
-    for (size_t i = 0; i < g.leaves.size(); ++i) Accumulate(g.leaves[i], unit.params[i], grad);
-  }
+  for (size_t i = 0; i < b.leaves.size(); ++i) Accumulate(b.leaves[i], unit.params[i], b.grad);
+  TraceEnd("backward " + schedule_.unit_name(u), begin);
+  return grad_in;
+}
+
+Event Worker::TraceBegin() {
+  streams_->RangeStart("kept");
+  return trace_ != nullptr && streams_->is_cuda() ? streams_->Record(StreamKind::kCompute) : Event();
+}
+
+void Worker::TraceEnd(const std::string& name, const Event& begin) {
+  streams_->RangeEnd();
+  if (trace_ != nullptr && streams_->is_cuda()) Span(StreamKind::kCompute, name, begin, streams_->Record(StreamKind::kCompute));
 }
 
 Worker::HeadSlots Worker::AcquireHead(int64_t step, WorkerStepResult& r) {
@@ -383,8 +402,9 @@ void Worker::ReleaseHead(int64_t step, WorkerStepResult& r) {
   if (schedule_.tied_head()) Release(step, schedule_.table_item(), r);
 }
 
-void Worker::StartFetches(int64_t step, int end, WorkerStepResult& r) {
-  fetch_end_ = end;
+void Worker::StartFetches(int64_t step, StepSchedule::Pass pass, WorkerStepResult& r) {
+  pass_ = pass;
+  fetch_end_ = schedule_.end(pass);
   for (int i = 0; i < schedule_.prefetch_depth(); ++i) Fetch(step, i, r);
 }
 
@@ -406,13 +426,18 @@ at::Tensor Worker::Acquire(int64_t step, int item, WorkerStepResult& r) {
   const StepSchedule::Item& it = schedule_.item(item);
   streams_->Wait(StreamKind::kCompute, fetched_[it.slot]);
   if (trace_ != nullptr) compute_begin_[it.slot] = streams_->Record(StreamKind::kCompute);
-  streams_->RangeStart((it.use == StepSchedule::Use::kForward ? "forward " : "backward ") + schedule_.unit_name(it.unit));
+  streams_->RangeStart(Phase(it.use) + schedule_.unit_name(it.unit));
   // A resident unit's owner reads its resident copy instead of the slot.
   const at::Tensor slot = ResidentParams(rank_, *shared_, it.unit,
                                          slots_[it.slot].narrow(0, 0, state_->layout().units[it.unit].numel),
                                          *streams_);
-  if (!it.prefetch_after_release) Fetch(step, it.prefetch, r);
+  if (it.prefetch_at == StepSchedule::PrefetchAt::kAcquire) Fetch(step, it.prefetch, r);
   return slot;
+}
+
+void Worker::FirstComputeIssued(int64_t step, int item, WorkerStepResult& r) {
+  const StepSchedule::Item& it = schedule_.item(item);
+  if (it.prefetch_at == StepSchedule::PrefetchAt::kFirstCompute) Fetch(step, it.prefetch, r);
 }
 
 void Worker::Release(int64_t step, int item, WorkerStepResult& r) {
@@ -420,9 +445,13 @@ void Worker::Release(int64_t step, int item, WorkerStepResult& r) {
   const StepSchedule::Item& it = schedule_.item(item);
   slot_free_[it.slot] = streams_->Record(StreamKind::kCompute);
   streams_->RangeEnd();
-  const char* phase = it.use == StepSchedule::Use::kForward ? "forward " : "backward ";
-  Span(StreamKind::kCompute, phase + schedule_.unit_name(it.unit), compute_begin_[it.slot], slot_free_[it.slot]);
-  if (it.prefetch_after_release) Fetch(step, it.prefetch, r);
+  // A kept block's micro-batches have spans of their own (KeptForward, KeptBackward);
+  // in the forward-only pass it is a forward item.
+  if (it.use != StepSchedule::Use::kKept || pass_ == StepSchedule::Pass::kEval) {
+    Span(StreamKind::kCompute, Phase(it.use) + schedule_.unit_name(it.unit), compute_begin_[it.slot],
+         slot_free_[it.slot]);
+  }
+  if (it.prefetch_at == StepSchedule::PrefetchAt::kRelease) Fetch(step, it.prefetch, r);
 }
 
 at::Tensor Worker::GradBuffer(int u) {
@@ -440,12 +469,15 @@ at::Tensor Worker::GradBuffer(int u) {
   return g;
 }
 
-void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r) {
+Event Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r) {
   const int k = u == 0 ? 2 : next_gacc_;
   if (!DeviceReducesGradient(grad_route_, shared_->world)) {
     // The host sums from one landing buffer per rank: the previous sum must be done.
     ThrowIfError(lander_.WaitIdle());  // with its code
   }
+  // The landing buffers' previous landing is copied (GradBuffer waited already for a
+  // ring accumulator; a kept block's comes from its own).
+  streams_->Wait(StreamKind::kCompute, u == 0 ? emb_free_ : gacc_free_[k]);
   const Event ready = streams_->Record(StreamKind::kCompute);
   const Landing l = IssueGradLanding(grad_route_, rank_, *shared_, *state_, u, step, grad, ready,
                                      land_bufs_[k], *streams_, r.transfers);
@@ -461,6 +493,7 @@ void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult&
     if (absl::Status injected = MaybeInjectLandingFailure(); !injected.ok()) return injected;
     return CompleteGradLanding(grad_route_, rank_, *shared_, *state_, l, *bufs, *streams_, *pipeline_);
   });
+  return l.copied;
 }
 
 Worker::SavedInputs Worker::Offload(int u, std::vector<at::Tensor> xs, WorkerStepResult& r) {

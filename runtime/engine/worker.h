@@ -1,9 +1,10 @@
 // Worker: one data-parallel worker (one GPU, or one CPU thread on the CPU device). Its
 // RunStep is the step of DESIGN.md for this worker, top to bottom: layer-major forward
-// keeping layer inputs (the last policy.kept_blocks blocks keep their whole graph), the
-// loss in sequence chunks, backward with recompute (or through a kept graph), each
-// unit's gradient accumulated in fp32 on the device and sent down as soon as it is
-// complete. Parameters stream through a ring of device slots, fetched `prefetch_depth`
+// keeping layer inputs up to the kept blocks (the last policy.kept_blocks blocks); then
+// micro-batch-major through the kept blocks, the loss in sequence chunks and back
+// through the kept blocks' graphs (step_schedule.h); then backward with recompute
+// through the other blocks; each unit's gradient accumulated in fp32 on the device and
+// sent down as soon as it is complete. Parameters stream through a ring of device slots, fetched `prefetch_depth`
 // units ahead on the H2D stream while the compute stream works; gradients go down on
 // the D2H stream and a landing thread hands them to the update pipeline. RunEval is a
 // forward-only pass through the same stream, for held-out evaluation between steps.
@@ -79,8 +80,9 @@ class Worker {
   // forward_seconds, wait_seconds and transfers are set; not traced.
   absl::StatusOr<WorkerStepResult> RunEval(int64_t step, const WorkerBatch& batch);
 
-  // Decoder blocks (the last ones) whose graph lives from forward to backward.
-  int64_t kept_blocks() const { return activations_.kept_blocks; }
+  // Decoder blocks (the last ones) that keep their graph: the step runs them
+  // micro-batch-major with the head (runtime/plan/step_schedule.h).
+  int64_t kept_blocks() const { return schedule_.kept_blocks(); }
 
  private:
   Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipeline* pipeline,
@@ -102,13 +104,17 @@ class Worker {
   DeviceBatch ToDevice(const WorkerBatch& batch);
 
   // The parameter stream, as schedule_ says (runtime/plan/step_schedule.h): which unit
-  // each item fetches, into which slot, and which item's taking or release issues the
-  // next fetch. StartFetches begins a pass over items [0, end), `prefetch_depth` ahead.
-  void StartFetches(int64_t step, int end, WorkerStepResult& r);
+  // each item fetches, into which slot, and which item's taking, first compute or
+  // release issues the next fetch. StartFetches begins a pass, `prefetch_depth` ahead.
+  void StartFetches(int64_t step, StepSchedule::Pass pass, WorkerStepResult& r);
   void Fetch(int64_t step, int item, WorkerStepResult& r);  // no-op outside the pass
-  // The compute stream waits for item's fetch (and issues the fetch the item prefetches).
+  // The compute stream waits for item's fetch (and issues the fetch the item prefetches
+  // when taken).
   at::Tensor Acquire(int64_t step, int item, WorkerStepResult& r);
-  // The compute stream is done with item's slot (and issues the fetch it prefetches).
+  // The compute of a kept item's first micro-batch is issued: its prefetch.
+  void FirstComputeIssued(int64_t step, int item, WorkerStepResult& r);
+  // The compute stream is done with item's slot (and issues the fetch it prefetches
+  // when released).
   void Release(int64_t step, int item, WorkerStepResult& r);
   // The head's items: the head and, with a tied head, unit 0's table (the head's weight).
   struct HeadSlots {
@@ -117,9 +123,11 @@ class Worker {
   HeadSlots AcquireHead(int64_t step, WorkerStepResult& r);
   void ReleaseHead(int64_t step, WorkerStepResult& r);
 
-  // The gradient stream: ring entry for the next landing, then its landing.
+  // The gradient stream: ring entry for the next landing, then its landing (through the
+  // ring's landing buffers; `grad` the ring entry's accumulator or a kept block's). Land
+  // returns the event after which `grad` may be written again.
   at::Tensor GradBuffer(int u);  // fp32 [numel] on the device, ready to be written
-  void Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
+  Event Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
 
   // Activation placement "host": a unit's saved inputs go to pinned host memory on the
   // D2H stream after its forward, and come back on the H2D stream one unit ahead of
@@ -131,25 +139,32 @@ class Worker {
   SavedInputs Offload(int u, std::vector<at::Tensor> xs, WorkerStepResult& r);
   SavedInputs Restore(int u, SavedInputs saved, WorkerStepResult& r);
 
-  // Embedding and blocks, layer-major over the micro-batches without gradients (fetch
-  // items 0..head-1); with `saved`, each block's inputs are kept there for backward, or
-  // a kept block's graph in kept_. Returns the hidden states that reach the head.
-  std::vector<at::Tensor> Forward(int64_t step, const DeviceBatch& in, std::vector<SavedInputs>* saved,
-                                  WorkerStepResult& r);
+  // The embedding and blocks [1, end_unit), layer-major over the micro-batches without
+  // gradients; with `saved`, each block's inputs are kept there for backward. Returns
+  // the hidden states after unit end_unit - 1.
+  std::vector<at::Tensor> Forward(int64_t step, const DeviceBatch& in, int end_unit,
+                                  std::vector<SavedInputs>* saved, WorkerStepResult& r);
 
-  // A kept block (policy.kept_blocks): its forward records the graph over a storage of
-  // its own that views the forward's slot (the parameters are leaves over it, as in
-  // recompute); its backward points that storage at the backward's fetch of the same
-  // unit (the same weights: updates come after the step) and runs the graph.
-  struct KeptGraph {
-    at::Tensor params;                // RetargetableView of the unit's slot
-    std::vector<at::Tensor> leaves;   // one per parameter
-    std::vector<at::Tensor> xs, ys;   // per micro-batch: input (a leaf) and output
+  // A kept block through the step's micro-batch-major part: its slot's parameters as
+  // leaves shared by the micro-batches, and its fp32 gradient accumulator.
+  struct KeptBlock {
+    BlockParams params;
+    std::vector<at::Tensor> leaves;  // one per parameter
+    at::Tensor grad;
   };
-  bool Kept(int u) const;
-  void KeptForward(int u, const at::Tensor& slot, const DeviceBatch& in, std::vector<at::Tensor>& h);
-  // grad_h: the gradient of each micro-batch's output in, of its input out.
-  void KeptBackward(int u, const at::Tensor& slot, std::vector<at::Tensor>& grad_h, at::Tensor& grad);
+  // One micro-batch's graph through a kept block: its input (a leaf) and output.
+  struct KeptGraph {
+    at::Tensor x, y;
+  };
+  // Forward of micro-batch `mb` through a kept block with autograd; returns its output
+  // (detached) and keeps the graph in `g`.
+  at::Tensor KeptForward(int u, const KeptBlock& b, const at::Tensor& x, const TokenLayout& layout, KeptGraph& g);
+  // Backward of a micro-batch through its graph `g`: the gradient of the block's output
+  // in, of its input out; the parameters' gradients added to b.grad.
+  at::Tensor KeptBackward(int u, KeptBlock& b, KeptGraph& g, const at::Tensor& grad_out);
+  // Trace spans of one micro-batch's compute in a kept block ("forward block 3").
+  Event TraceBegin();
+  void TraceEnd(const std::string& name, const Event& begin);
 
   // The head's loss sum over `hidden` in sequence chunks, without gradients.
   at::Tensor HeadLossSum(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
@@ -174,21 +189,27 @@ class Worker {
   StepTrace* const trace_;
   const StopToken* const stop_;
 
-  // The step's schedule (fetch order, slots, unit names) and the slot ring, allocated once.
+  // The step's schedule (fetch order, slots, unit names) and the slots, allocated once:
+  // the ring's with the largest unit's size, the kept blocks' with the largest block's.
   const StepSchedule schedule_;
   std::vector<at::Tensor> slots_;
   std::vector<Event> fetched_;
   std::vector<Event> slot_free_;
   std::vector<Event> compute_begin_;  // trace: when the compute stream took each slot
+  StepSchedule::Pass pass_ = StepSchedule::Pass::kStep;
   int fetch_end_ = 0;  // the pass fetches items [0, fetch_end_)
 
-  // fp32 accumulation buffers: a ring of two for the units in turn, and one for the
-  // embedding (it accumulates the tied head's gradient through the whole backward).
+  // fp32 accumulation buffers: a ring of two for the units in turn, one for the
+  // embedding (it accumulates the tied head's gradient through the whole backward), and
+  // one for each kept block (its micro-batches come between the head's); the landings
+  // go through the ring's landing buffers.
   std::vector<at::Tensor> gacc_;
   std::vector<Event> gacc_free_;
   int next_gacc_ = 0;
   at::Tensor emb_acc_;
   Event emb_free_;
+  std::vector<at::Tensor> kept_acc_;  // per kept block, first kept unit first
+  std::vector<Event> kept_acc_free_;
   std::vector<LandingBuffers> land_bufs_;  // one per gacc ring entry, and the embedding's
 
   struct PendingSpan {
@@ -198,8 +219,6 @@ class Worker {
   };
   std::vector<PendingSpan> spans_;
   double origin_host_ = 0.0;
-
-  std::vector<KeptGraph> kept_;  // per unit; empty outside a step
 
   SerialExecutor lander_;
 };

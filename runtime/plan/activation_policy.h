@@ -16,7 +16,8 @@ struct ActivationPlan {
   bool offload_inputs = false;  // layer inputs in pinned host memory between forward and backward
   int64_t mlp_tile = 0;         // sequence positions per MLP tile (>= seq_len: whole)
   // The last `kept_blocks` decoder blocks keep their graph from forward to backward
-  // (no recompute, not offloaded); the others keep only their input.
+  // (one micro-batch's at a time: they run micro-batch-major with the head; no
+  // recompute, not offloaded); the others keep only their input.
   int64_t kept_blocks = 0;
   // The first `resident_units` units keep their training state on a GPU
   // (runtime/plan/residency.h places them).

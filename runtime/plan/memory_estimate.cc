@@ -21,7 +21,11 @@ int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanK
   // The MLP keeps gate and up, not their product (fused_ops.h's lean FusedSwigluDown).
   const int64_t elements = 4 * shape.hidden + 3 * q + 3 * kv + (tiled ? 0 : 2 * shape.ffn);
   const int64_t fp32_stats = (2 + shape.heads) * 4;
-  return s.tokens_worker * (elements * job.param_bytes + fp32_stats);
+  const int W = std::max(1, job.workers);
+  int64_t max_block = 0;
+  for (int u = 1; u + 1 < shape.num_units(); ++u) max_block = std::max(max_block, shape.unit_params[u]);
+  const int64_t padded = W * CeilDiv(std::max<int64_t>(max_block, 1), W);
+  return s.tokens_micro * (elements * job.param_bytes + fp32_stats) + padded * (job.param_bytes + 4);
 }
 
 int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes) {

@@ -13,7 +13,8 @@ namespace slidedp {
 // Predicted GPU memory of a plan on one worker, in bytes. The same for every
 // JobShape::hosts but for the bf16 landing buffers, which several hosts do not use.
 struct MemoryEstimate {
-  int64_t slots = 0;         // prefetch_depth + 2 parameter slots of the largest unit
+  int64_t slots = 0;         // prefetch_depth + 2 parameter slots of the largest unit (the
+                             // kept blocks' own count with them, in activations)
   int64_t grad_buffers = 0;  // fp32 accumulators, landing buffers
   int64_t activations = 0;   // saved block inputs (device placement) or those in flight, and
                              // the graphs of the blocks that keep them (KeptBlockBytes each)
@@ -27,13 +28,15 @@ struct MemoryEstimate {
 // policy.resident_units -1 counts as none here too (as in PredictStep, step_model.h).
 MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
 
-// Bytes autograd keeps from a decoder block's forward to its backward when the block
-// keeps its graph (policy.kept_blocks), for the tokens one worker computes a step (every
-// micro-batch: the forward is layer-major), as the CUDA device's fused path saves them:
-// the block's input, the two norms' outputs, q and k before and after their norm and
-// RoPE, v, attention's output (and its transposed copy), the residual sum, and the
-// MLP's gate and up (its product is recomputed in backward; only the MLP's input when it
-// runs in tiles), in the compute dtype; the norms' and attention's fp32 statistics.
+// GPU bytes a decoder block adds when it keeps its graph (policy.kept_blocks): the graph
+// of one micro-batch (the kept blocks run micro-batch-major with the head,
+// runtime/plan/step_schedule.h), as the CUDA device's fused path saves it: the block's
+// input, the two norms' outputs, q and k before and after their norm and RoPE, v,
+// attention's output (and its transposed copy), the residual sum, and the MLP's gate and
+// up (its product is recomputed in backward; only the MLP's input when it runs in
+// tiles), in the compute dtype; the norms' and attention's fp32 statistics. And the
+// block's own parameter slot (compute dtype) and fp32 gradient accumulator, the size of
+// the largest block.
 int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
 
 // The number of decoder blocks that keep their graph for `knobs` (the last ones):

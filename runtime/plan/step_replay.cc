@@ -134,15 +134,16 @@ int StepReplay::Step(double start, int start_cause) {
   for (int i = 0; i < schedule_.prefetch_depth(); ++i) Fetch(i, false);
   const double launch = rates_.launch_s * static_cast<double>(MB);
 
-  // Forward, layer-major.
+  // Forward, layer-major, up to the kept blocks.
+  const int first_kept = schedule_.first_kept_unit();
   const int emb = schedule_.forward_item(0);
   int c = Compute("forward embedding", T * rates_.embed_s * 0.25 + launch, {Acquire(emb)});
   Release(emb, c);
   std::vector<int> saved(U_, -1);
-  for (int u = 1; u < head; ++u) {
+  for (int u = 1; u < first_kept; ++u) {
     const int item = schedule_.forward_item(u);
     const int acquire = Acquire(item);
-    if (offload && !Kept(u)) {
+    if (offload) {
       // The unit's input goes down once the compute stream produced it.
       saved[u] = r_.Add(kResD2h, "offload " + Name(u), D2hSeconds(act_bytes, false), {c}, host_.t,
                         host_.cause);
@@ -153,7 +154,27 @@ int StepReplay::Step(double start, int start_cause) {
     Release(item, c);
   }
 
-  // Head: loss and its backward in chunks, then the blocks in reverse.
+  // The kept blocks and the head, micro-batch-major: micro-batch 0 takes each kept block
+  // (its forward waits for the fetch), then the head's items; the rest of the
+  // micro-batches' forwards, losses and backwards follow on the compute stream, and the
+  // last micro-batch's backward through each kept block completes its gradient.
+  const double Tm = T / static_cast<double>(MB);  // one micro-batch's tokens
+  const double launch_mb = rates_.launch_s;
+  // MLP tiles: backward recomputes each tile's MLP once more (runtime/model/tiled_mlp.h).
+  const double mlp_recompute =
+      MlpTile(shape_, job_, k_) < job_.seq_len ? rates_.recompute_s * MlpShare(shape_, job_.seq_len) : 0.0;
+  // A block's backward per token without its recompute (a kept block's).
+  const double bwd_per_token = rates_.backward_s + mlp_recompute;
+  double kept_rest = 0.0;  // compute of the kept blocks between micro-batch 0's forward and the last backward
+  for (int u = first_kept; u < head; ++u) {
+    const int item = schedule_.forward_item(u);
+    c = Compute("forward " + Name(u) + ", micro-batch 0", Tm * rates_.forward_s + launch_mb, {Acquire(item)});
+    Prefetch(item);  // once the first micro-batch's compute is issued
+    kept_rest += (T - Tm) * (rates_.forward_s + bwd_per_token) + 3 * launch_mb * static_cast<double>(MB - 1);
+  }
+
+  // Head: loss and its backward in chunks (every micro-batch's), with the kept blocks'
+  // compute of the micro-batches before the last.
   const int head_item = schedule_.head_item();
   const int table_item = schedule_.table_item();
   // Both of the head's fetches are read before the head's prefetches are issued. The
@@ -167,30 +188,37 @@ int StepReplay::Step(double start, int start_cause) {
   Acquire(head_item);
   if (tied) Acquire(table_item);
   const int64_t chunks = CeilDiv(job_.seq_len, std::max<int64_t>(1, k_.policy.loss_chunk_tokens / std::max<int64_t>(1, k_.micro_batch_size)));
-  c = Compute("loss and head backward", T * rates_.head_s + launch * static_cast<double>(chunks) +
+  c = Compute(first_kept < head ? "loss and head backward, kept blocks" : "loss and head backward",
+              T * rates_.head_s + launch * static_cast<double>(chunks) + kept_rest +
                   rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[head]),
               {head_fetch, table_fetch, gacc_free_[next_gacc_], emb_free_});
   Release(head_item, c);
   if (tied) Release(table_item, c);
   Land(head, c);
+  for (int u = head - 1; u >= first_kept; --u) {
+    // The landing waits for the ring's landing buffers (Worker::Land).
+    c = Compute("backward " + Name(u) + ", last micro-batch",
+                Tm * bwd_per_token + 2 * launch_mb + rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
+                {Resident(u) && W_ == 1 ? -1 : gacc_free_[next_gacc_]});
+    Release(schedule_.forward_item(u), c);
+    Land(u, c);
+  }
 
+  // The other blocks in reverse, recomputing from their inputs.
+  const int top = first_kept - 1;
   int restored = -1;
-  if (offload && head > 1 && !Kept(head - 1)) {
-    restored = r_.Add(kResH2d, "restore " + Name(head - 1), H2dSeconds(act_bytes, true), {saved[head - 1]},
+  if (offload && top >= 1) {
+    restored = r_.Add(kResH2d, "restore " + Name(top), H2dSeconds(act_bytes, true), {saved[top]},
                       host_.t, host_.cause);
     h2d_bytes += act_bytes;
     Sync(restored);
   }
-  // MLP tiles: backward recomputes each tile's MLP once more (runtime/model/tiled_mlp.h).
-  const double mlp_recompute =
-      MlpTile(shape_, job_, k_) < job_.seq_len ? T * rates_.recompute_s * MlpShare(shape_, job_.seq_len) : 0.0;
-  // A kept block's backward does not run its forward again.
-  const double block_bwd = T * rates_.backward_s + mlp_recompute + 2 * launch;
-  for (int u = head - 1; u >= 1; --u) {
+  const double block_bwd = T * (bwd_per_token + rates_.recompute_s) + 2 * launch;
+  for (int u = top; u >= 1; --u) {
     const int it = schedule_.backward_item(u);
     const int acquire = Acquire(it);
-    const int inputs = Kept(u) ? -1 : restored;
-    if (offload && u > 1 && !Kept(u - 1)) {
+    const int inputs = restored;
+    if (offload && u > 1) {
       restored = r_.Add(kResH2d, "restore " + Name(u - 1), H2dSeconds(act_bytes, true), {saved[u - 1]},
                         host_.t, host_.cause);
       h2d_bytes += act_bytes;
@@ -199,8 +227,7 @@ int StepReplay::Step(double start, int start_cause) {
     // A resident unit on one GPU accumulates into its own gradient, not the ring's.
     const int accumulator = Resident(u) && W_ == 1 ? -1 : gacc_free_[next_gacc_];
     c = Compute("backward " + Name(u),
-                block_bwd + (Kept(u) ? 0.0 : T * rates_.recompute_s) +
-                    rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
+                block_bwd + rates_.grad_s_per_param * static_cast<double>(shape_.unit_params[u]),
                 {acquire, inputs, accumulator});
     Release(it, c);
     Land(u, c);

@@ -164,8 +164,7 @@ class StepReplay {
       : shape_(shape), job_(job), k_(k), rates_(rates), sizes_(SizesOf(shape, job, k)),
         U_(shape.num_units()), W_(std::max(1, job.workers)), H_(std::max(1, job.hosts)),
         bf16_landing_(Bf16Landing(job, k.policy)),
-        schedule_(U_, shape.tied, k.policy.prefetch_depth),
-        kept_(KeptBlocks(shape, job, k, 0)),
+        schedule_(U_, shape.tied, k.policy.prefetch_depth, static_cast<int>(KeptBlocks(shape, job, k, 0))),
         residency_(ResidencyOf(shape, job, k)),
         update_resource_(job.cuda ? kResGpuUpdate : kResCpuUpdate),
         slot_free_(schedule_.num_slots(), -1),
@@ -209,25 +208,27 @@ class StepReplay {
   // thread in the forward or the backward phase (duplex copies); sets fetched_[item].
   void Fetch(int item, bool backward_phase);
   // The compute stream takes `item`: the op its compute waits for. Issues the item's
-  // prefetch unless that follows its release.
+  // prefetch if it comes with the taking.
   int Acquire(int item) {
     slot_events.push_back({StepSchedule::Op::kAcquire, item});
     const int fetched = fetched_[item];
-    if (!schedule_.item(item).prefetch_after_release) Prefetch(item);
+    if (schedule_.item(item).prefetch_at == StepSchedule::PrefetchAt::kAcquire) Prefetch(item);
     return fetched;
   }
   // The compute op `op` frees item's slot; issues the item's prefetch if it follows.
   void Release(int item, int op) {
     slot_events.push_back({StepSchedule::Op::kRelease, item});
     slot_free_[schedule_.item(item).slot] = op;
-    if (schedule_.item(item).prefetch_after_release) Prefetch(item);
+    if (schedule_.item(item).prefetch_at == StepSchedule::PrefetchAt::kRelease) Prefetch(item);
   }
+  // Fetches issued from the head on share the bus with the landings (duplex).
   void Prefetch(int item) {
-    Fetch(schedule_.item(item).prefetch, schedule_.item(item).use != StepSchedule::Use::kForward);
+    const StepSchedule::Use use = schedule_.item(item).use;
+    Fetch(schedule_.item(item).prefetch, use == StepSchedule::Use::kHead || use == StepSchedule::Use::kBackward);
   }
   std::string Name(int u) const { return schedule_.unit_name(u); }
-  // Unit u (a block) keeps its graph: one of the last kept_ blocks.
-  bool Kept(int u) const { return u >= U_ - 1 - kept_ && u < U_ - 1; }
+  // Unit u (a block) keeps its graph: one of the last kept blocks.
+  bool Kept(int u) const { return schedule_.kept(u); }
   // Unit u's state lives on a GPU (policy.resident_units).
   bool Resident(int u) const { return residency_.resident(u); }
   int Compute(const std::string& what, double seconds, std::initializer_list<int> deps) {
@@ -252,8 +253,8 @@ class StepReplay {
   const bool bf16_landing_;
   Replay r_;
   HostThread host_;
-  const StepSchedule schedule_;  // the engine's: fetch order, slots, prefetch points
-  const int64_t kept_;           // blocks that keep their graph (the last ones)
+  // The engine's: fetch order, slots, prefetch points, the kept blocks (the last ones).
+  const StepSchedule schedule_;
   const Residency residency_;    // units whose state lives on a GPU (the first ones)
   const char* const update_resource_;  // where resident units update
   std::vector<int> slot_free_;   // slot -> the compute op that released it last

@@ -27,6 +27,7 @@ case "${1:-}" in
         [[ $side == ref ]] && bin=$REF/build-gpu/tests/bench/step_bench
         out=$("$bin" "$@" 2>&1) || { echo "$out" | tail -20; echo "AB $side FAILED"; exit 1; }
         echo "AB $side round $r ($*): $(echo "$out" | grep 'mean of' | tail -1)"
+        echo "   plan: $(echo "$out" | grep -o '[0-9]* blocks kept, [0-9]* units resident' | tail -1)"
       done
     done
     ;;

@@ -6,7 +6,7 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 (then, by name: refbuild ab ab16 (A/B against .deps/ref.tar) adamw quality22 moments4
+# long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
@@ -161,7 +161,7 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
                o=$('"$B"'/step_bench --model=$m --steps=${KEPT_STEPS:-4} --prefetch=2 --micro_batch_size=$mbs --grad_accum=$acc \
                    --kept_blocks=$k --trace='"$R"'/t_${m}_${n}_kept$k.json 2>&1)
                echo "$o" | grep -E "setup|mean of|step_bench:"
-               K=$(echo "$o" | sed -n "s/.*| \([0-9]*\) blocks kept$/\1/p")
+               K=$(echo "$o" | sed -n "s/.*| \([0-9]*\) blocks kept.*/\1/p")
                python3 tests/bench/trace_blocks.py '"$R"'/t_${m}_${n}_kept$k.json --micro_batches=$acc --kept=${K:-0} \
                  --layers=$L --label="$m $n kept=$K"
              done
@@ -263,6 +263,35 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     ab) TAILN=8 step ab 330 bash -c '
            ROUNDS=2 tests/bench/ab_reference.sh run --model=qwen2.5-3b --steps=4 --prefetch=2 --micro_batch_size=1 --grad_accum=4
            ROUNDS=1 tests/bench/ab_reference.sh run --model=qwen2.5-3b --steps=4 --prefetch=2 --micro_batch_size=4 --grad_accum=4' ;;
+    # Issue 20: kept blocks run micro-batch-major with the head (this tree) against the
+    # reference's layer-major kept blocks (.deps/ref.tar), each with its policy's count:
+    # 3.09B at 64 x 4096 and 7.62B at 32 x 4096.
+    ab64) TAILN=8 step ab64 ${AB_CAP:-200} bash -c '
+           ROUNDS=${AB_ROUNDS:-1} tests/bench/ab_reference.sh run --model=qwen2.5-3b --steps=${AB_STEPS:-3} --prefetch=2 \
+             --micro_batch_size=4 --grad_accum=16' ;;
+    ab7b32) TAILN=8 step ab7b32 ${AB_CAP:-260} bash -c '
+           ROUNDS=${AB_ROUNDS:-1} tests/bench/ab_reference.sh run --model=qwen2.5-7b --steps=${AB7_STEPS:-3} --prefetch=2 \
+             --micro_batch_size=4 --grad_accum=8' ;;
+    # Issue 20: every block recomputing against every block kept (micro-batch-major),
+    # nothing resident, 3.09B at 16 and 64 x 4096, each traced with per-block times: the
+    # gain of keeping that kept_blocks_test.cc's PredictsTheH200GainOfKeeping pins.
+    keptfix) export KEPTFIX_ACCUMS KEPTFIX_STEPS; TAILN=${TAILN:-24} step keptfix ${KEPTFIX_CAP:-260} bash -c '
+           for acc in ${KEPTFIX_ACCUMS:-4 16}; do
+             for k in 0 36; do
+               o=$('"$SB"' --steps=${KEPTFIX_STEPS:-3} --micro_batch_size=4 --grad_accum=$acc --kept_blocks=$k --resident_units=0 \
+                   --trace='"$R"'/t_fix_${acc}_kept$k.json 2>&1)
+               echo "$o" | grep -E "mean of|step_bench:"
+               python3 tests/bench/trace_blocks.py '"$R"'/t_fix_${acc}_kept$k.json --micro_batches=$acc --kept=$k \
+                 --layers=36 --label="$((4 * acc)) x 4096 kept=$k"
+             done
+           done' ;;
+    # This tree's kept blocks at 64 x 4096 (3.09B), traced, with per-block times.
+    kept64) TAILN=12 step kept64 ${KEPT64_CAP:-120} bash -c '
+           o=$('"$SB"' --steps=3 --micro_batch_size=4 --grad_accum=16 --trace='"$R"'/t64_kept.json 2>&1)
+           echo "$o" | grep -E "setup|mean of|step_bench:"
+           K=$(echo "$o" | sed -n "s/.*| \([0-9]*\) blocks kept.*/\1/p")
+           python3 tests/bench/trace_blocks.py '"$R"'/t64_kept.json --micro_batches=16 --kept=${K:-0} --layers=36 \
+             --label="64 x 4096 kept=$K"' ;;
     # Issue 22: the update's rate per optimizer.state_dtype (16 threads), and the 3.09B
     # step at 4 x 4096 with clipping (the update on the critical path) per dtype.
     adamw) TAILN=30 step adamw 150 build-gpu/tests/bench/adamw_bench 256M ;;

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Per-block GPU times from a step_bench Chrome trace (--trace=FILE): the mean and
 median of the compute stream's "forward block N" and "backward block N" spans over every
-traced step but the first (warm-up), divided by the micro-batches a unit runs per step,
-so the figures are per micro-batch (e.g. 4 x 4096 = 16K tokens). With --kept=K of
---layers=L (policy.kept_blocks: the last K blocks keep their graph), the backward spans
-of kept blocks (no recompute) and of recomputing ones are shown apart.
+traced step but the first (warm-up), per micro-batch (e.g. 4 x 4096 = 16K tokens): a
+layer-major block's span covers the micro-batches a unit runs per step and is divided by
+them. With --kept=K of --layers=L (policy.kept_blocks: the last K blocks keep their graph
+and run micro-batch-major, one span per micro-batch), the kept blocks' spans are shown
+apart from the recomputing ones'.
   trace_blocks.py TRACE --micro_batches=4 [--label=NAME] [--kept=K --layers=L]"""
 import argparse
 import json
@@ -23,17 +24,19 @@ def main():
     first_kept = a.layers - a.kept if a.kept > 0 else 1 << 30
     spans = {"forward": [], "backward": []}
     if a.kept > 0:
-        spans = {"forward": [], "backward (recompute)": [], "backward (kept)": []}
+        spans = {"forward": [], "forward (kept)": [], "backward (recompute)": [], "backward (kept)": []}
     for e in events:
         if e.get("ph") != "X" or e.get("pid") != 0:
             continue
         name = e["name"]
         for phase in ("forward", "backward"):
             if name.startswith(phase + " block "):
+                kept = int(name.split()[-1]) >= first_kept
                 key = phase
-                if phase == "backward" and a.kept > 0:
-                    key = "backward (kept)" if int(name.split()[-1]) >= first_kept else "backward (recompute)"
-                spans[key].append((e["ts"], e["dur"] / 1000.0))
+                if a.kept > 0:
+                    key = f"{phase} (kept)" if kept else ("backward (recompute)" if phase == "backward" else phase)
+                # A kept block's span is one micro-batch's.
+                spans[key].append((e["ts"], e["dur"] / 1000.0 / (1 if kept else a.micro_batches)))
     for phase, xs in spans.items():
         xs.sort()
         if not xs:
@@ -41,9 +44,9 @@ def main():
             continue
         # Drop the first step's spans: the first 1/steps of them in time order.
         per_step = max(1, len([e for e in events if e.get("ph") == "X" and e.get("pid") == 0
-                               and e["name"] == "forward block 0"]))
+                               and e["name"] == "forward embedding"]))
         keep = xs[len(xs) // per_step:] if per_step > 1 else xs
-        ms = [d / a.micro_batches for _, d in keep]
+        ms = [d for _, d in keep]
         print(f"{a.label} {phase} block per micro-batch: mean {statistics.mean(ms):.3f} ms, "
               f"median {statistics.median(ms):.3f} ms over {len(ms)} spans")
 

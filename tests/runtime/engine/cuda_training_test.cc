@@ -70,6 +70,11 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
   if (variant.find("+host_activations") != std::string::npos) c.policy.activations = ActivationPlacement::kHost;
   if (variant.find("+prefetch2") != std::string::npos) c.policy.prefetch_depth = 2;
   if (variant.find("+mlp_tiles") != std::string::npos) c.policy.mlp_tile_tokens = c.seq_len / 3 + 1;
+  // Every block kept (auto on the GPU: micro-batch-major with the head) unless the
+  // variant says how many ("+kept1": the last one; the others recompute).
+  if (const size_t k = variant.find("+kept"); k != std::string::npos) {
+    c.policy.kept_blocks = std::stoll(variant.substr(k + 5, variant.find('+', k + 1) - k - 5));
+  }
   // Streamed units unless the variant asks for units resident on the GPU (issue 21):
   // "+resident" all of them, "+resident2" the first two.
   c.policy.resident_units = 0;
@@ -153,7 +158,7 @@ TEST_P(CudaTrainingTest, FiveStepsMatchPyTorchBf16Autocast) {
 
 INSTANTIATE_TEST_SUITE_P(GradLanding, CudaTrainingTest,
                          ::testing::Values("bf16", "fp32", "bf16+host_activations+prefetch2+mlp_tiles",
-                                           "bf16+resident", "fp32+resident2+prefetch2"),
+                                           "bf16+resident", "fp32+resident2+prefetch2", "bf16+kept1+prefetch2"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (ch == '+') ch = '_';

@@ -145,7 +145,7 @@ TEST(EngineExactnessMore, TiledMlpWithHostActivationsEqualsPlainAutograd) {
 }
 
 // Issue 20, part 2: the last policy.kept_blocks blocks keep their graph from forward to
-// backward (its weights re-pointed at the backward's fetch of the unit) instead of
+// backward (micro-batch-major with the head, in slots of their own) instead of
 // recomputing their forward; any count (some, all, more than the model has) of a
 // 3-block model, both families and parameter routes, two workers, two micro-batches
 // each, equals plain autograd, and recomputing every block bit for bit. The plan shows
@@ -187,8 +187,7 @@ INSTANTIATE_TEST_SUITE_P(Counts, KeptBlocksExactness,
 
 // Kept blocks beside the long-sequence settings: the others' inputs in host memory and
 // the MLP in tiles (a kept block's tiled MLP still recomputes its tiles), prefetch 1
-// (the forward's slot of a kept block holds another unit by its backward), and with
-// document masking.
+// (the fewest ring slots beside the kept blocks' own), and with document masking.
 TEST(EngineExactnessMore, KeptBlocksWithHostActivationsTiledMlpAndDocumentsEqualPlainAutograd) {
   ModelConfig c = TinyShape(ModelFamily::kQwen3);
   c.num_layers = 4;

@@ -256,8 +256,9 @@ TEST(ResidentUnits, EstimateMemoryGrowsByTheirBytesAndKeptBlocksGiveWay) {
   // Four workers: the rank holding most.
   const JobShape four = Job(64, 4096, 4);
   EXPECT_EQ(EstimateMemory(s, four, Knobs(4, 4, 38)).resident, PlaceResident(s.unit_params, 38, 4, 2).max_bytes());
-  // Kept blocks get what resident units leave, and still fit.
-  const int64_t memory = MemoryBudget(0, kH200);
+  // Kept blocks get what resident units leave, and still fit (64 GiB: the H200 keeps all
+  // 36 at this batch either way).
+  const int64_t memory = MemoryBudget(0, 64 * kGiB);
   const int64_t kept0 = KeptBlocks(s, job, Knobs(4, 4, 0, -1), memory);
   const int64_t kept20 = KeptBlocks(s, job, Knobs(4, 4, 20, -1), memory);
   EXPECT_LT(kept20, kept0);
@@ -320,8 +321,19 @@ TEST(ResidentUnits, AutoMakesUnitsResidentAtSmallBatchOnTheH200) {
   // No limit known: every unit may be resident; a smaller GPU holds fewer.
   EXPECT_GE(ResidentUnits(s, job, Knobs(4, 1, -1, -1), 0, r), chosen);
   EXPECT_LT(ResidentUnits(s, job, Knobs(4, 1, -1, -1), 40 * kGiB, r), chosen);
-  // A large batch keeps its GPU busy with compute: fewer resident units pay.
-  EXPECT_LT(ResidentUnits(s, Job(64, 4096), Knobs(4, 16, -1, -1), memory, r), chosen);
+  // A large batch keeps its GPU busy with compute, but its kept blocks run
+  // micro-batch-major: the first micro-batch reaches the last blocks early and would wait
+  // for their CPU update (clipping starts it after the last landing), so resident units
+  // pay there too, and the policy keeps every block beside them.
+  const int64_t at64 = ResidentUnits(s, Job(64, 4096), Knobs(4, 16, -1, -1), memory, r);
+  EXPECT_GT(at64, s.num_units() / 2);
+  PlanKnobs k64 = Knobs(4, 16, at64, -1);
+  EXPECT_EQ(KeptBlocks(s, Job(64, 4096), k64, memory), s.layers);
+  k64.policy.kept_blocks = s.layers;
+  PlanKnobs none64 = k64;
+  none64.policy.resident_units = 0;
+  EXPECT_LT(PredictStep(s, Job(64, 4096), k64, r).step_seconds,
+            0.97 * PredictStep(s, Job(64, 4096), none64, r).step_seconds);
 }
 
 // Issue 22 with 21: compact moments take fewer GPU bytes a resident unit (14 or about 12
