@@ -227,8 +227,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
       if (first) {
         const at::Tensor slot = Acquire(step, item, r);
         b.params = ViewBlock(layout.units[u], slot, &b.leaves);
-        streams_->Wait(StreamKind::kCompute, kept_acc_free_[u - first_kept]);
-        b.grad = kept_acc_[u - first_kept].narrow(0, 0, layout.units[u].numel).zero_();
+        b.grad = GradBuffer(u);
       }
       x = KeptForward(u, b, x, in.layouts[mb], graphs[u - first_kept]);
       if (first) FirstComputeIssued(step, item, r);
@@ -250,7 +249,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
       g = KeptBackward(u, b, graphs[u - first_kept], g);
       if (last) {
         Release(step, schedule_.forward_item(u), r);
-        kept_acc_free_[u - first_kept] = Land(u, step, b.grad, r);
+        Land(u, step, b.grad, r);
         b = KeptBlock();
       }
     }
@@ -359,27 +358,29 @@ std::vector<at::Tensor> Worker::Forward(int64_t step, const DeviceBatch& in, int
 
 at::Tensor Worker::KeptForward(int u, const KeptBlock& b, const at::Tensor& x, const TokenLayout& layout,
                                KeptGraph& g) {
-  const Event begin = TraceBegin();
+  const std::string name = "forward " + schedule_.unit_name(u);
+  const Event begin = TraceBegin(name);
   at::AutoGradMode with_grad(true);
   g.x = x.detach().requires_grad_(true);
   g.y = BlockForward(state_->config(), b.params, g.x, layout, activations_.mlp_tile);
-  TraceEnd("forward " + schedule_.unit_name(u), begin);
+  TraceEnd(name, begin);
   return g.y.detach();
 }
 
 at::Tensor Worker::KeptBackward(int u, KeptBlock& b, KeptGraph& g, const at::Tensor& grad_out) {
-  const Event begin = TraceBegin();
+  const std::string name = "backward " + schedule_.unit_name(u);
+  const Event begin = TraceBegin(name);
   g.y.backward(grad_out);
   at::Tensor grad_in = g.x.grad();
   g = KeptGraph();
   const UnitLayout& unit = state_->layout().units[u];
   for (size_t i = 0; i < b.leaves.size(); ++i) Accumulate(b.leaves[i], unit.params[i], b.grad);
-  TraceEnd("backward " + schedule_.unit_name(u), begin);
+  TraceEnd(name, begin);
   return grad_in;
 }
 
-Event Worker::TraceBegin() {
-  streams_->RangeStart("kept");
+Event Worker::TraceBegin(const std::string& name) {
+  streams_->RangeStart(name);
   return trace_ != nullptr && streams_->is_cuda() ? streams_->Record(StreamKind::kCompute) : Event();
 }
 
@@ -404,12 +405,11 @@ void Worker::ReleaseHead(int64_t step, WorkerStepResult& r) {
 
 void Worker::StartFetches(int64_t step, StepSchedule::Pass pass, WorkerStepResult& r) {
   pass_ = pass;
-  fetch_end_ = schedule_.end(pass);
   for (int i = 0; i < schedule_.prefetch_depth(); ++i) Fetch(step, i, r);
 }
 
 void Worker::Fetch(int64_t step, int item, WorkerStepResult& r) {
-  if (item < 0 || item >= fetch_end_) return;
+  if (item < 0 || item >= schedule_.end(pass_)) return;
   MaybeRecordSlotEvent(rank_, step, {StepSchedule::Op::kFetch, item});
   const int u = schedule_.item(item).unit;
   const int s = schedule_.item(item).slot;
@@ -461,6 +461,10 @@ at::Tensor Worker::GradBuffer(int u) {
   if (u == 0) {
     streams_->Wait(StreamKind::kCompute, emb_free_);
     g = emb_acc_.narrow(0, 0, n);
+  } else if (schedule_.kept(u)) {
+    const int j = u - schedule_.first_kept_unit();
+    streams_->Wait(StreamKind::kCompute, kept_acc_free_[j]);
+    g = kept_acc_[j].narrow(0, 0, n);
   } else {
     streams_->Wait(StreamKind::kCompute, gacc_free_[next_gacc_]);
     g = gacc_[next_gacc_].narrow(0, 0, n);
@@ -469,7 +473,7 @@ at::Tensor Worker::GradBuffer(int u) {
   return g;
 }
 
-Event Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r) {
+void Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r) {
   const int k = u == 0 ? 2 : next_gacc_;
   if (!DeviceReducesGradient(grad_route_, shared_->world)) {
     // The host sums from one landing buffer per rank: the previous sum must be done.
@@ -487,13 +491,13 @@ Event Worker::Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult
     gacc_free_[k] = l.copied;
     next_gacc_ = 1 - k;
   }
+  if (schedule_.kept(u)) kept_acc_free_[u - schedule_.first_kept_unit()] = l.copied;
   Span(StreamKind::kD2H, "land " + schedule_.unit_name(u), ready, l.copied);
   const LandingBuffers* bufs = &land_bufs_[k];
   lander_.Push([this, l, bufs] {
     if (absl::Status injected = MaybeInjectLandingFailure(); !injected.ok()) return injected;
     return CompleteGradLanding(grad_route_, rank_, *shared_, *state_, l, *bufs, *streams_, *pipeline_);
   });
-  return l.copied;
 }
 
 Worker::SavedInputs Worker::Offload(int u, std::vector<at::Tensor> xs, WorkerStepResult& r) {

@@ -123,11 +123,10 @@ class Worker {
   HeadSlots AcquireHead(int64_t step, WorkerStepResult& r);
   void ReleaseHead(int64_t step, WorkerStepResult& r);
 
-  // The gradient stream: ring entry for the next landing, then its landing (through the
-  // ring's landing buffers; `grad` the ring entry's accumulator or a kept block's). Land
-  // returns the event after which `grad` may be written again.
+  // The gradient stream: unit u's fp32 accumulator (the embedding's, a kept block's own,
+  // else the ring's next entry), then its landing (through the ring's landing buffers).
   at::Tensor GradBuffer(int u);  // fp32 [numel] on the device, ready to be written
-  Event Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
+  void Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
 
   // Activation placement "host": a unit's saved inputs go to pinned host memory on the
   // D2H stream after its forward, and come back on the H2D stream one unit ahead of
@@ -162,8 +161,9 @@ class Worker {
   // Backward of a micro-batch through its graph `g`: the gradient of the block's output
   // in, of its input out; the parameters' gradients added to b.grad.
   at::Tensor KeptBackward(int u, KeptBlock& b, KeptGraph& g, const at::Tensor& grad_out);
-  // Trace spans of one micro-batch's compute in a kept block ("forward block 3").
-  Event TraceBegin();
+  // One micro-batch's compute in a kept block ("forward block 3"): an NVTX range and a
+  // trace span of that name.
+  Event TraceBegin(const std::string& name);
   void TraceEnd(const std::string& name, const Event& begin);
 
   // The head's loss sum over `hidden` in sequence chunks, without gradients.
@@ -196,8 +196,7 @@ class Worker {
   std::vector<Event> fetched_;
   std::vector<Event> slot_free_;
   std::vector<Event> compute_begin_;  // trace: when the compute stream took each slot
-  StepSchedule::Pass pass_ = StepSchedule::Pass::kStep;
-  int fetch_end_ = 0;  // the pass fetches items [0, fetch_end_)
+  StepSchedule::Pass pass_ = StepSchedule::Pass::kStep;  // the pass fetches items [0, schedule_.end(pass_))
 
   // fp32 accumulation buffers: a ring of two for the units in turn, one for the
   // embedding (it accumulates the tied head's gradient through the whole backward), and
