@@ -1,12 +1,11 @@
-// Worker: see worker.h. The step loop of one worker reads top to bottom in Step().
+// Worker: see worker.h. The step loop of one worker reads top to bottom in Step(); the
+// loss head is in worker_head.cc.
 #include "runtime/engine/worker.h"
 #include "runtime/engine/clock.h"
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/fault_injection.h"
-#include "runtime/model/fused_ops.h"
 
 #include <c10/core/GradMode.h>
-#include <c10/util/Exception.h>
 
 #include <exception>
 
@@ -16,28 +15,9 @@
 namespace slidedp {
 namespace {
 
-// A parameter as its own autograd leaf: a detached view of the slot that requires grad.
-at::Tensor Leaf(const UnitLayout& unit, const at::Tensor& slot, int index) {
-  return ParamView(unit, slot, index).detach().requires_grad_(true);
-}
-
-// Adds a leaf's gradient into its parameter's range of an fp32 accumulator and clears
-// it, so that micro-batches and loss chunks accumulate in fp32 whatever the compute
-// dtype.
-void Accumulate(at::Tensor& leaf, const ParamSpec& spec, at::Tensor& acc) {
-  if (!leaf.defined() || !leaf.grad().defined()) return;
-  acc.narrow(0, spec.offset, spec.numel).add_(leaf.grad().reshape({-1}));
-  leaf.mutable_grad().reset();
-}
-
 // The phase in a unit's trace span and NVTX range: "forward block 3", "backward head".
 std::string Phase(StepSchedule::Use use) {
   return use == StepSchedule::Use::kForward || use == StepSchedule::Use::kKept ? "forward " : "backward ";
-}
-
-// Sequence positions per LM-head chunk for micro-batches of `rows` rows.
-int64_t LossChunk(int64_t loss_chunk_tokens, int64_t rows) {
-  return std::max<int64_t>(1, loss_chunk_tokens / std::max<int64_t>(1, rows));
 }
 
 // Activation placement and MLP tiles for this worker's device (activation_policy.h).
@@ -544,71 +524,14 @@ Worker::SavedInputs Worker::Restore(int u, SavedInputs saved, WorkerStepResult& 
   return out;
 }
 
+void Worker::Accumulate(at::Tensor& leaf, const ParamSpec& spec, at::Tensor& acc) {
+  if (!leaf.defined() || !leaf.grad().defined()) return;
+  acc.narrow(0, spec.offset, spec.numel).add_(leaf.grad().reshape({-1}));
+  leaf.mutable_grad().reset();
+}
+
 void Worker::Span(StreamKind k, const std::string& name, const Event& begin, const Event& end) {
   if (trace_ != nullptr && streams_->is_cuda()) spans_.push_back({k, name, begin, end});
-}
-
-at::Tensor Worker::HeadLossSum(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
-                               const at::Tensor& table) {
-  at::NoGradGuard no_grad;
-  const HeadParams p = ViewHead(state_->layout(), head, table);
-  const int64_t T = hidden.size(1);
-  const int64_t chunk = LossChunk(config_.policy.loss_chunk_tokens, hidden.size(0));
-  at::Tensor sum = at::zeros({}, hidden.options().dtype(at::kDouble));
-  for (int64_t t = 0; t < T; t += chunk) {
-    StopPoint();
-    const int64_t len = std::min(chunk, T - t);
-    at::Tensor logits = HeadLogits(state_->config(), p.norm, p.lm_head, hidden.narrow(1, t, len));
-    sum.add_(CrossEntropySum(logits, targets.narrow(1, t, len)).to(at::kDouble));
-  }
-  return sum;
-}
-
-at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
-                                const at::Tensor& table, double inv_tokens, at::Tensor& loss_acc,
-                                at::Tensor& head_grad, at::Tensor& table_grad) {
-  const ModelConfig& cfg = state_->config();
-  const ModelLayout& layout = state_->layout();
-  const UnitLayout& hu = layout.units.back();
-  const int64_t T = hidden.size(1);
-  const int64_t chunk = LossChunk(config_.policy.loss_chunk_tokens, hidden.size(0));
-  at::Tensor grad = at::empty_like(hidden);
-  // The final norm, and the output projection: the head's own, or unit 0's table.
-  const int norm_i = hu.Find("model.norm.weight");
-  const bool tied = hu.uses_tied_embedding;
-  const int lm_i = tied ? 0 : hu.Find("lm_head.weight");
-  at::Tensor norm = Leaf(hu, head, norm_i);
-  at::Tensor lm = tied ? Leaf(layout.units[0], table, lm_i) : Leaf(hu, head, lm_i);
-  const ParamSpec& lm_spec = tied ? layout.units[0].params[lm_i] : hu.params[lm_i];
-  at::Tensor& lm_grad = tied ? table_grad : head_grad;
-  const bool fused = UseFusedOps(hidden) && lm.scalar_type() == at::kBFloat16;
-  for (int64_t t = 0; t < T; t += chunk) {
-    StopPoint();
-    const int64_t len = std::min(chunk, T - t);
-    at::Tensor xc = hidden.narrow(1, t, len).detach().requires_grad_(true);
-    if (fused) {
-      // The final norm through autograd; the LM head and the loss in one pass over
-      // bf16 logits that become their own gradient (fused_ops.h).
-      at::Tensor h = RmsNorm(xc, norm, cfg.rms_norm_eps);
-      const LinearCrossEntropy ce = FusedLinearCrossEntropy(
-          h.detach().reshape({-1, cfg.hidden_size}), lm.detach(), targets.narrow(1, t, len).reshape({-1}),
-          inv_tokens);
-      h.backward(ce.dh.view_as(h));
-      loss_acc.add_(ce.loss.to(at::kDouble));
-      grad.narrow(1, t, len).copy_(xc.grad());
-      Accumulate(norm, hu.params[norm_i], head_grad);
-      lm_grad.narrow(0, lm_spec.offset, lm_spec.numel).add_(ce.dw.reshape({-1}));
-      continue;
-    }
-    at::Tensor logits = HeadLogits(cfg, norm, lm, xc);
-    at::Tensor loss = CrossEntropySum(logits, targets.narrow(1, t, len)) * inv_tokens;
-    loss.backward();
-    loss_acc.add_(loss.detach().to(at::kDouble));
-    grad.narrow(1, t, len).copy_(xc.grad());
-    Accumulate(norm, hu.params[norm_i], head_grad);
-    Accumulate(lm, lm_spec, lm_grad);
-  }
-  return grad;
 }
 
 }  // namespace slidedp

@@ -166,7 +166,13 @@ class Worker {
   Event TraceBegin(const std::string& name);
   void TraceEnd(const std::string& name, const Event& begin);
 
-  // The head's loss sum over `hidden` in sequence chunks, without gradients.
+  // Adds a leaf's gradient into its parameter's range of an fp32 accumulator and clears
+  // it, so that micro-batches and loss chunks accumulate in fp32 whatever the compute
+  // dtype.
+  static void Accumulate(at::Tensor& leaf, const ParamSpec& spec, at::Tensor& acc);
+
+  // The loss head (worker_head.cc). The loss sum over `hidden` in sequence chunks,
+  // without gradients.
   at::Tensor HeadLossSum(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
                          const at::Tensor& table);
   at::Tensor HeadBackward(const at::Tensor& hidden, const at::Tensor& targets, const at::Tensor& head,
