@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 
 #include "runtime/model/fused_kernels.h"
 
@@ -558,17 +559,29 @@ Form<CrossEntropyArgs> CrossEntropyForm(const CrossEntropyArgs& a) {
 #undef SLIDEDP_KERNEL
 
 #ifndef SLIDEDP_CUDA_EMULATION
-// Launches `f` on `stream`; the message naming what failed, or nullptr.
+// The message naming what failed and CUDA's error (this thread's, valid until its next
+// failure), or nullptr for cudaSuccess.
+const char* Failed(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return nullptr;
+  thread_local std::string message;
+  message = std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  return message.c_str();
+}
+
+// Launches `f` on `stream`; the message naming what failed, or nullptr. A launch reports
+// an earlier kernel's sticky failure too: the message says which error it was.
 template <typename Args>
 const char* Launch(const Form<Args>& f, const Args& a, void* stream) {
   if (f.grid == 0) return nullptr;
-  if (f.shared > 48 * 1024 &&
-      cudaFuncSetAttribute(reinterpret_cast<const void*>(f.kernel.fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(f.shared)) != cudaSuccess) {
-    return f.kernel.attribute;
+  if (f.shared > 48 * 1024) {
+    const char* failed =
+        Failed(cudaFuncSetAttribute(reinterpret_cast<const void*>(f.kernel.fn),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(f.shared)),
+               f.kernel.attribute);
+    if (failed != nullptr) return failed;
   }
   f.kernel.fn<<<f.grid, f.block, f.shared, static_cast<cudaStream_t>(stream)>>>(a);
-  return cudaGetLastError() == cudaSuccess ? nullptr : f.kernel.launch;
+  return Failed(cudaGetLastError(), f.kernel.launch);
 }
 #endif
 
