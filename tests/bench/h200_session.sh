@@ -12,7 +12,8 @@
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
-# multitests scale7b scale14b (4 GPUs) fsdp2multi).
+# multitests scale7b scale14b (4 GPUs) fsdp2multi). On a machine not yet seen working: sanity (PyTorch
+# alone computes right, ECC) and sanitize (compute-sanitizer over our fused kernels).
 cd "$(dirname "$0")/../.."
 START=$(date +%s); DEADLINE=$((START + ${BUDGET:-560}))
 OUT=${OUT:-/tmp/h200_session}; R=$OUT/r; mkdir -p "$R"
@@ -59,6 +60,18 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
   case $s in
     build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench plan_bench}" \
              step build 330 deploy/gpu-host-build.sh --runtime-only build-gpu || { tail -60 "$R/build.log"; exit 1; } ;;
+    # Does the GPU compute right with PyTorch alone (GEMMs, every SDPA backend, ECC
+    # counters)? Where it does not, our tests' failures on this machine say nothing of our code.
+    sanity) TAILN=10 step sanity 90 python3 tests/bench/gpu_sanity.py ;;
+    # compute-sanitizer's memcheck and racecheck over our fused kernels (one recomputed
+    # block of each case, and the kernels against ATen): out-of-bounds accesses and
+    # shared-memory races that another GPU's timing or memory layout may hide.
+    sanitize) TAILN=12 step sanitize ${SANITIZE_CAP:-240} bash -c '
+           for tool in memcheck racecheck; do
+             /usr/local/cuda/bin/compute-sanitizer --tool $tool --print-limit 20 build-gpu/tests/slidedp_runtime_tests \
+               --gtest_filter="RecomputedBlock.Cuda*:FusedOps.Cuda*:FusedOps.*Matches*" > '"$R"'/sanitize_$tool.log 2>&1
+             echo "$tool exit status $?: $(grep -E "ERROR SUMMARY" '"$R"'/sanitize_$tool.log | tail -1)"
+           done' ;;
     cudatests) TAILN=40 step cudatests 150 build-gpu/tests/slidedp_runtime_tests \
              --gtest_filter="${FILTER:-*Cuda*:CpuTrainingTest.*:*HfReference*:*Hf*Fixture*:*Tiled*:EngineExactness*:AdamWDevice*:*Resident*}" ;;
     tok) TAILN=8 step tok 90 bash -c '
