@@ -1,9 +1,9 @@
 // Fused elementwise kernels of a decoder block (RMSNorm with an optional residual add,
 // RoPE, SwiGLU), forward and backward, over raw bf16 buffers (uint16_t bit patterns)
 // with fp32 math. Two implementations with one contract: the CUDA kernels
-// (fused_kernels.cu, built with a CUDA LibTorch; `stream` is a cudaStream_t) and a
-// plain C++ reference (fused_kernels_cpu.cc; `stream` ignored) that the CPU tests use to
-// check the autograd glue of fused_ops.h. No LibTorch here. Called from the thread that
+// (fused_kernels_device.cuh, launched by fused_kernels.cu, built with a CUDA LibTorch;
+// `stream` is a cudaStream_t) and a plain C++ reference (fused_kernels_cpu.cc; `stream`
+// ignored) that the CPU tests use to check the autograd glue of fused_ops.h. No LibTorch here. Called from the thread that
 // owns the stream.
 #pragma once
 

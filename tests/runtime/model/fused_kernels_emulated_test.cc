@@ -1,4 +1,4 @@
-// The CUDA kernels of runtime/model/fused_kernels.cu run on the CPU (cuda_emulation.h):
+// The CUDA kernels of runtime/model/fused_kernels_device.cuh run on the CPU (cuda_emulation.h):
 // each vector form (16-byte accesses) against its scalar form on the same inputs, over
 // the launchers' own forms (fused_kernels.cu's *Form: kernel, grid, block, shared
 // memory), with strided and odd operands, and the choice of form (alignment, sizes). Swiglu and RoPE: bit for bit (the same arithmetic per
