@@ -125,18 +125,21 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
 
 class RopeFunction : public torch::autograd::Function<RopeFunction> {
  public:
-  // x [B, T, H, D] -> [B, H, T, D].
+  // x [B, T, H, D] -> [B, H, T, D], laid out as [B, T, H, D] (a transposed view): fused
+  // attention takes it so and gives its output in the same layout, which o_proj then
+  // reads as [B, T, H * D] without a transposing copy (nor one of the gradient back).
   // The kernel reads x through its strides (only D's must be 1): q, k as views of the
   // one QKV projection (FusedLinears) cost no copy.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& cos,
                             const at::Tensor& sin) {
     const at::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
     const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
-    at::Tensor out = at::empty({B, H, T, D}, x.options());
+    at::Tensor out = at::empty({B, T, H, D}, x.options()).transpose(1, 2);
     const at::Tensor c = cos.contiguous(), s = sin.contiguous();
     const int64_t row_b = c.dim() == 2 ? 0 : T;
     fused::RopeArgs a{CBits(x), Bits(out), c.data_ptr<float>(), s.data_ptr<float>(), B, H, T, D,
-                      x.stride(0), x.stride(2), x.stride(1), H * T * D, T * D, D, row_b, /*backward=*/false};
+                      x.stride(0), x.stride(2), x.stride(1), out.stride(0), out.stride(1), out.stride(2), row_b,
+                      /*backward=*/false};
     Run(x, a, fused::cpu::Rope, SLIDEDP_CUDA_LAUNCHER(fused::cuda::Rope));
     ctx->save_for_backward({c, s});
     return out;
@@ -144,12 +147,14 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor dy = grads[0].contiguous();  // [B, H, T, D]
+    // [B, H, T, D], read through its strides (attention's gradient comes in q's layout).
+    const at::Tensor dy = grads[0].stride(3) == 1 ? grads[0] : grads[0].contiguous();
     const int64_t B = dy.size(0), H = dy.size(1), T = dy.size(2), D = dy.size(3);
     at::Tensor dx = at::empty({B, T, H, D}, dy.options());
     const int64_t row_b = saved[0].dim() == 2 ? 0 : T;
     fused::RopeArgs a{CBits(dy), Bits(dx), saved[0].data_ptr<float>(), saved[1].data_ptr<float>(),
-                      B, H, T, D, H * T * D, T * D, D, T * H * D, D, H * D, row_b, /*backward=*/true};
+                      B, H, T, D, dy.stride(0), dy.stride(1), dy.stride(2), T * H * D, D, H * D, row_b,
+                      /*backward=*/true};
     Run(dy, a, fused::cpu::Rope, SLIDEDP_CUDA_LAUNCHER(fused::cuda::Rope));
     return {dx, at::Tensor(), at::Tensor()};
   }

@@ -111,10 +111,13 @@ TEST(FusedOps, RopeMatchesAtenWithSharedAndPerTokenTables) {
     const RopeTables per_token{shared.cos.index_select(0, flat).view({B, 1, T, D}),
                                shared.sin.index_select(0, flat).view({B, 1, T, D})};
     for (const RopeTables* t : {&shared, &per_token}) {
-      const at::Tensor x0 = Randn({B, T, H, D}, dev, 3.0), gy = Randn({B, H, T, D}, dev);
+      // The gradient contiguous for the shared tables, in attention's layout for the others.
+      const at::Tensor x0 = Randn({B, T, H, D}, dev, 3.0);
+      const at::Tensor gy = t == &shared ? Randn({B, H, T, D}, dev) : Randn({B, T, H, D}, dev).transpose(1, 2);
       at::Tensor xa = Leaf(x0), xf = Leaf(x0);
       const at::Tensor ya = AtenRope(xa, t->cos, t->sin), yf = FusedRope(xf, t->cos, t->sin);
-      EXPECT_TRUE(yf.is_contiguous());
+      // [B, H, T, D] laid out as [B, T, H, D]: attention's output then needs no transposing copy.
+      EXPECT_TRUE(yf.transpose(1, 2).is_contiguous());
       ya.backward(gy);
       yf.backward(gy);
       const std::string what = dev.str() + (t == &shared ? " shared" : " per-token");
