@@ -123,6 +123,17 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
   }
 };
 
+// SLIDEDP_ROPE_LAYOUT=heads in the environment: RoPE writes [B, H, T, D] contiguous, as
+// before 2026-12-07, so that attention's output is transposed by a copy before o_proj
+// (the A/B runs of tests/bench/RESULTS.md).
+bool RopeHeadsMajor() {
+  static const bool on = [] {
+    const char* e = std::getenv("SLIDEDP_ROPE_LAYOUT");
+    return e != nullptr && std::string(e) == "heads";
+  }();
+  return on;
+}
+
 class RopeFunction : public torch::autograd::Function<RopeFunction> {
  public:
   // x [B, T, H, D] -> [B, H, T, D], laid out as [B, T, H, D] (a transposed view): fused
@@ -134,7 +145,8 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
                             const at::Tensor& sin) {
     const at::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
     const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
-    at::Tensor out = at::empty({B, T, H, D}, x.options()).transpose(1, 2);
+    at::Tensor out = RopeHeadsMajor() ? at::empty({B, H, T, D}, x.options())
+                                      : at::empty({B, T, H, D}, x.options()).transpose(1, 2);
     const at::Tensor c = cos.contiguous(), s = sin.contiguous();
     const int64_t row_b = c.dim() == 2 ? 0 : T;
     fused::RopeArgs a{CBits(x), Bits(out), c.data_ptr<float>(), s.data_ptr<float>(), B, H, T, D,

@@ -6,7 +6,7 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix adamw quality22 moments4
+# long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
@@ -14,6 +14,7 @@
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi). On a machine not yet seen working: sanity (PyTorch
 # alone computes right, ECC) and sanitize (compute-sanitizer over our fused kernels).
+# CLOCKS=1: the GPU's SM clock, power and throttle reasons during each step.
 cd "$(dirname "$0")/../.."
 START=$(date +%s); DEADLINE=$((START + ${BUDGET:-560}))
 OUT=${OUT:-/tmp/h200_session}; R=$OUT/r; mkdir -p "$R"
@@ -26,8 +27,11 @@ step() { # NAME CAP CMD...: runs CMD with at most CAP seconds (less if the budge
   (( left < 20 )) && { log "SKIP $name (no time left)"; return 1; }
   (( cap > left )) && cap=$left
   log "BEGIN $name (cap ${cap}s)"
+  local t0; t0=$(date +%s.%N)
   timeout -k 5 "$cap" "$@" > "$R/$name.log" 2>&1; local rc=$?
   log "END $name rc=$rc"; tail -n "${TAILN:-6}" "$R/$name.log" | sed 's/^/    /' | tee -a "$R/summary.txt"
+  [[ -s $R/clocks.csv ]] && python3 tests/bench/clocks_window.py "$R/clocks.csv" "$t0" "$(date +%s.%N)" \
+    | sed 's/^/    /' | tee -a "$R/summary.txt"
   return $rc
 }
 export LD_LIBRARY_PATH=/opt/slidedp-deps/usr/lib/x86_64-linux-gnu
@@ -37,6 +41,14 @@ export LD_LIBRARY_PATH=/opt/slidedp-deps/usr/lib/x86_64-linux-gnu
 # programs of this session (built ones and Python alike).
 LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6 2>/dev/null) && [ -f "$LD_PRELOAD" ] && export LD_PRELOAD || unset LD_PRELOAD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.txt" 2>&1
+# CLOCKS=1: the GPU's clocks, power and the driver's reasons for lowering them, every
+# 0.5 s, summed up after each step (tests/bench/clocks_window.py).
+if [[ ${CLOCKS:-0} == 1 ]]; then
+  nvidia-smi --query-gpu=timestamp,power.draw,power.limit,clocks.sm,clocks.mem,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader,nounits -lms 500 > "$R/clocks.csv" 2>&1 &
+  CLOCKS_PID=$!
+  trap 'kill $CLOCKS_PID 2>/dev/null; pack' EXIT
+fi
 free -g >> "$R/gpu.txt"
 B=build-gpu/tests/bench
 SB="$B/step_bench --model=qwen2.5-3b --steps=4 --prefetch=2"
@@ -296,6 +308,19 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
                echo "$o" | grep -E "mean of|step_bench:"
                python3 tests/bench/trace_blocks.py '"$R"'/t_fix_${acc}_kept$k.json --micro_batches=$acc --kept=$k \
                  --layers=36 --label="$((4 * acc)) x 4096 kept=$k"
+             done
+           done' ;;
+    # Issue 20: RoPE's output laid out [B, T, H, D] (attention's output then needs no
+    # transposing copy) against [B, H, T, D] (SLIDEDP_ROPE_LAYOUT=heads), the same binary,
+    # interleaved: 3.09B at 64 x 4096 and 7.62B at 32 x 4096, each with its policy's plan.
+    qkab) TAILN=${TAILN:-12} step qkab ${QKAB_CAP:-420} bash -c '
+           for ((r = 1; r <= ${QKAB_ROUNDS:-1}; r++)); do
+             for shape in "qwen2.5-3b --micro_batch_size=4 --grad_accum=16" "qwen2.5-7b --micro_batch_size=4 --grad_accum=8"; do
+               for lay in heads tokens; do
+                 o=$(SLIDEDP_ROPE_LAYOUT=$lay '"$B"'/step_bench --model=$shape --steps=${QKAB_STEPS:-3} --prefetch=2 2>&1) \
+                   || { echo "$o" | tail -20; exit 1; }
+                 echo "qkab $lay round $r ($shape): $(echo "$o" | grep "mean of" | tail -1)"
+               done
              done
            done' ;;
     # This tree's kept blocks at 64 x 4096 (3.09B), traced, with per-block times.
