@@ -124,7 +124,7 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
 };
 
 // SLIDEDP_ROPE_LAYOUT=heads in the environment: RoPE writes [B, H, T, D] contiguous, as
-// before 2026-12-07, so that attention's output is transposed by a copy before o_proj
+// before 2026-12-06, so that attention's output is transposed by a copy before o_proj
 // (the A/B runs of tests/bench/RESULTS.md).
 bool RopeHeadsMajor() {
   static const bool on = [] {

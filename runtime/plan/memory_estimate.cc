@@ -18,8 +18,11 @@ int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanK
   const StepSizes s = SizesOf(shape, job, k);
   const int64_t q = shape.heads * shape.head_dim, kv = shape.kv_heads * shape.head_dim;
   const bool tiled = MlpTile(shape, job, k) < job.seq_len;
-  // The MLP keeps gate and up, not their product (fused_ops.h's lean FusedSwigluDown).
-  const int64_t elements = 4 * shape.hidden + 3 * q + 3 * kv + (tiled ? 0 : 2 * shape.ffn);
+  // x, h, x1, h2; q and k after RoPE, v, attention's output (o_proj reads it in place:
+  // RoPE lays q out as attention's output comes); the q/k norms' inputs; the MLP keeps
+  // gate and up, not their product (fused_ops.h's lean FusedSwigluDown).
+  const int64_t elements =
+      4 * shape.hidden + 2 * q + 2 * kv + (shape.qk_norm ? q + kv : 0) + (tiled ? 0 : 2 * shape.ffn);
   const int64_t fp32_stats = (2 + shape.heads) * 4;
   const int W = std::max(1, job.workers);
   int64_t max_block = 0;

@@ -31,8 +31,8 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
 // GPU bytes a decoder block adds when it keeps its graph (policy.kept_blocks): the graph
 // of one micro-batch (the kept blocks run micro-batch-major with the head,
 // runtime/plan/step_schedule.h), as the CUDA device's fused path saves it: the block's
-// input, the two norms' outputs, q and k before and after their norm and RoPE, v,
-// attention's output (and its transposed copy), the residual sum, and the MLP's gate and
+// input, the two norms' outputs, q and k after RoPE (and before their norm, where the
+// model norms them), v, attention's output, the residual sum, and the MLP's gate and
 // up (its product is recomputed in backward; only the MLP's input when it runs in
 // tiles), in the compute dtype; the norms' and attention's fp32 statistics. And the
 // block's own parameter slot (compute dtype) and fp32 gradient accumulator, the size of

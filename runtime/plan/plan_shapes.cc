@@ -25,6 +25,7 @@ ModelShape ShapeOf(const ModelConfig& config) {
   s.head_dim = config.head_dim > 0 ? config.head_dim : config.hidden_size / std::max<int64_t>(1, config.num_heads);
   s.vocab = config.vocab_size;
   s.tied = config.tie_word_embeddings;
+  s.qk_norm = config.qk_norm;
   for (const UnitLayout& u : BuildLayout(config).units) s.unit_params.push_back(u.numel);
   return s;
 }

@@ -22,6 +22,7 @@ struct ModelShape {
   int64_t head_dim = 0;
   int64_t vocab = 0;
   bool tied = false;
+  bool qk_norm = false;  // q and k normed per head (Qwen3): a kept block saves their inputs too
   std::vector<int64_t> unit_params;  // [embedding, block 0..L-1, head]: the engine's units
 
   int64_t total_params() const;

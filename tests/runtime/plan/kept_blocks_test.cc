@@ -58,10 +58,15 @@ TEST(KeptBlocks, EachKeptBlockAddsOneMicroBatchsGraphItsSlotAndAccumulatorLessTh
   const int64_t input = tokens * s.hidden * 2;  // every micro-batch's
   const int64_t block = s.unit_params[1];
   const int64_t bytes = KeptBlockBytes(s, job, Knobs(4, 4, 0));
-  // Per token of one micro-batch: 4 x hidden, 3 x (q and kv widths), 2 x FFN in bf16,
-  // fp32 statistics; the block's bf16 slot and fp32 accumulator.
-  const int64_t graph = micro * ((4 * 2048 + 3 * 2048 + 3 * 256 + 2 * 11008) * 2 + (2 + 16) * 4);
+  // Per token of one micro-batch: 4 x hidden, 2 x (q and kv widths: after RoPE, v and
+  // attention's output), 2 x FFN in bf16, fp32 statistics; the block's bf16 slot and
+  // fp32 accumulator.
+  const int64_t graph = micro * ((4 * 2048 + 2 * 2048 + 2 * 256 + 2 * 11008) * 2 + (2 + 16) * 4);
   EXPECT_EQ(bytes, graph + block * (2 + 4));
+  // Normed q and k (Qwen3) keep the norms' inputs too.
+  ModelShape normed = s;
+  normed.qk_norm = true;
+  EXPECT_EQ(KeptBlockBytes(normed, job, Knobs(4, 4, 0)) - bytes, micro * (2048 + 256) * 2);
   // Micro-batch-major: more micro-batches of the same size keep no more.
   EXPECT_EQ(KeptBlockBytes(s, Job(64), Knobs(4, 16, 0)), bytes);
   const int64_t none = EstimateMemory(s, job, Knobs(4, 4, 0)).total;
