@@ -91,6 +91,11 @@ Metrics::Metrics(const std::string& version)
                           .Name("slidedp_gpu_memory_peak_bytes")
                           .Help("Peak device memory during the last step")
                           .Register(r);
+  gpu_memory_reserved_peak_ = &BuildGauge()
+                                   .Name("slidedp_gpu_memory_reserved_peak_bytes")
+                                   .Help("Peak device memory the caching allocator held during the last step "
+                                         "(tensors plus cached and fragmented blocks)")
+                                   .Register(r);
   gpu_memory_total_ = &BuildGauge()
                            .Name("slidedp_gpu_memory_total_bytes")
                            .Help("Device memory capacity (0 on the cpu device)")
@@ -148,7 +153,7 @@ Metrics::GpuSeries& Metrics::Gpu(int gpu) {
                    &pcie_bandwidth_->Add(h2d),   &pcie_bandwidth_->Add(d2h),
                    &pcie_calibrated_->Add(h2d),  &pcie_calibrated_->Add(d2h),
                    &gpu_memory_allocated_->Add(one), &gpu_memory_peak_->Add(one),
-                   &gpu_memory_total_->Add(one)};
+                   &gpu_memory_reserved_peak_->Add(one), &gpu_memory_total_->Add(one)};
   return gpus_.emplace(gpu, series).first->second;
 }
 
@@ -169,6 +174,7 @@ void Metrics::RecordGpus(const StepStats& s, const StepContext& context) {
       series.d2h_busy->Increment(std::max(0.0, w.d2h_busy_seconds));
       series.memory_allocated->Set(static_cast<double>(w.memory_allocated_bytes));
       series.memory_peak->Set(static_cast<double>(w.memory_peak_bytes));
+      series.memory_reserved_peak->Set(static_cast<double>(w.memory_reserved_peak_bytes));
       series.memory_total->Set(static_cast<double>(w.memory_total_bytes));
     }
     series.h2d_bytes->Increment(h2d);
@@ -240,6 +246,7 @@ void Metrics::ClearRates() {
     series.d2h_bandwidth->Set(0);
     series.memory_allocated->Set(0);
     series.memory_peak->Set(0);
+    series.memory_reserved_peak->Set(0);
   }
 }
 

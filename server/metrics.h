@@ -15,7 +15,7 @@
 //            slidedp_pcie_bandwidth_bytes_per_second{gpu,direction},
 //            slidedp_calibrated_pcie_bytes_per_second{gpu,direction}
 //   GPU:     slidedp_gpu_memory_allocated_bytes{gpu}, slidedp_gpu_memory_peak_bytes{gpu},
-//            slidedp_gpu_memory_total_bytes{gpu}
+//            slidedp_gpu_memory_reserved_peak_bytes{gpu}, slidedp_gpu_memory_total_bytes{gpu}
 //   CPU:     slidedp_cpu_update_busy_seconds_total, slidedp_stall_seconds_total{cause}
 //   jobs:    slidedp_jobs{state}
 //   process: slidedp_process_cpu_seconds_total, slidedp_process_cpu_utilization_ratio,
@@ -109,6 +109,7 @@ class Metrics {
     prometheus::Gauge* d2h_calibrated;
     prometheus::Gauge* memory_allocated;
     prometheus::Gauge* memory_peak;
+    prometheus::Gauge* memory_reserved_peak;
     prometheus::Gauge* memory_total;
   };
   GpuSeries& Gpu(int gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -136,6 +137,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* pcie_calibrated_;
   prometheus::Family<prometheus::Gauge>* gpu_memory_allocated_;
   prometheus::Family<prometheus::Gauge>* gpu_memory_peak_;
+  prometheus::Family<prometheus::Gauge>* gpu_memory_reserved_peak_;
   prometheus::Family<prometheus::Gauge>* gpu_memory_total_;
   prometheus::Counter* update_busy_;
   prometheus::Counter* stall_update_wait_;

@@ -19,6 +19,7 @@ class CpuStreams final : public DeviceStreams {
   double MillisSinceOrigin(const Event&) override { return 0.0; }
   int64_t MemoryAllocated() override { return 0; }
   int64_t MemoryPeak() override { return 0; }
+  int64_t MemoryReservedPeak() override { return 0; }
   int64_t MemoryTotal() override { return 0; }
   int64_t MemoryAvailable() override { return 0; }
   void ResetPeak() override {}

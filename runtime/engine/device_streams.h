@@ -61,10 +61,13 @@ class DeviceStreams {
   // time after the origin, once the event has happened (0 without timing or on CPU).
   virtual void MarkOrigin() = 0;
   virtual double MillisSinceOrigin(const Event& e) = 0;
-  // Device memory: currently allocated by LibTorch, peak since the last ResetPeak, and
-  // the device's capacity (all 0 on the CPU device).
+  // Device memory: currently allocated by LibTorch, peak since the last ResetPeak (of
+  // tensors; and of what LibTorch's caching allocator held, tensors plus its cached and
+  // fragmented blocks: what the driver saw), and the device's capacity (all 0 on the CPU
+  // device).
   virtual int64_t MemoryAllocated() = 0;
   virtual int64_t MemoryPeak() = 0;
+  virtual int64_t MemoryReservedPeak() = 0;
   virtual int64_t MemoryTotal() = 0;
   // What this process can still allocate on the device: the driver's free memory plus
   // what LibTorch's cache holds unused (0 on the CPU device).

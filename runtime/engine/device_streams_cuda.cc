@@ -99,6 +99,7 @@ class CudaStreams final : public DeviceStreams {
 
   int64_t MemoryAllocated() override { return Stat().allocated_bytes[kAggregate].current; }
   int64_t MemoryPeak() override { return Stat().allocated_bytes[kAggregate].peak; }
+  int64_t MemoryReservedPeak() override { return Stat().reserved_bytes[kAggregate].peak; }
   int64_t MemoryTotal() override {
     c10::cuda::CUDAGuard g(device_);
     size_t free_b = 0, total_b = 0;

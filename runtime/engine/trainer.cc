@@ -291,6 +291,7 @@ absl::StatusOr<StepStats> EngineTrainer::RunStep() {
     d.d2h_bytes = r.transfers.d2h_bytes;
     d.memory_allocated_bytes = r.memory_allocated_bytes;
     d.memory_peak_bytes = r.memory_peak_bytes;
+    d.memory_reserved_peak_bytes = r.memory_reserved_peak_bytes;
     d.memory_total_bytes = r.memory_total_bytes;
     s.workers.push_back(d);
   }

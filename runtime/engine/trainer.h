@@ -30,6 +30,8 @@ struct WorkerDeviceStats {
   double d2h_busy_seconds = 0.0;      // time its D2H stream was copying (0 if unmeasured)
   int64_t memory_allocated_bytes = 0; // device memory held by the engine at step end (0 on cpu)
   int64_t memory_peak_bytes = 0;      // peak device memory during the step (0 on cpu)
+  int64_t memory_reserved_peak_bytes = 0;  // peak held by the caching allocator (allocated plus
+                                           // its cached and fragmented blocks; 0 on cpu)
   int64_t memory_total_bytes = 0;     // the device's capacity (0 on cpu)
 };
 

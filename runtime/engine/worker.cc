@@ -138,6 +138,7 @@ absl::StatusOr<WorkerStepResult> Worker::RunStep(int64_t step, const WorkerBatch
     }
     spans_.clear();
     r.memory_peak_bytes = streams_->MemoryPeak();
+    r.memory_reserved_peak_bytes = streams_->MemoryReservedPeak();
     r.memory_allocated_bytes = streams_->MemoryAllocated();
     r.memory_total_bytes = streams_->MemoryTotal();
   } catch (const std::exception& e) {

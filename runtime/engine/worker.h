@@ -51,6 +51,7 @@ struct WorkerStepResult {
   double wait_seconds = 0.0;  // waiting for the previous step's updates
   TransferCounters transfers;
   int64_t memory_peak_bytes = 0;
+  int64_t memory_reserved_peak_bytes = 0;
   int64_t memory_allocated_bytes = 0;
   int64_t memory_total_bytes = 0;
 };

@@ -78,7 +78,7 @@ int Main(int argc, char** argv) {
   // The step loop and its summary for the plan the trainer has now.
   auto run = [&](const std::string& label) -> bool {
     double sum_t = 0, sum_tok = 0;
-    int64_t h2d = 0, d2h = 0, gpu_peak = 0;
+    int64_t h2d = 0, d2h = 0, gpu_peak = 0, gpu_reserved = 0;
     for (int64_t s = 0; s < c.steps; ++s) {
       auto st = (*trainer)->Step();
       if (!st.ok()) {
@@ -99,17 +99,22 @@ int Main(int argc, char** argv) {
         d2h = st->d2h_bytes;
       }
       for (size_t w = 0; w < st->workers.size(); ++w) {
-        if (s == 0 || st->workers[w].memory_peak_bytes > gpu_peak) gpu_peak = st->workers[w].memory_peak_bytes;
+        gpu_peak = std::max(gpu_peak, st->workers[w].memory_peak_bytes);
+        gpu_reserved = std::max(gpu_reserved, st->workers[w].memory_reserved_peak_bytes);
       }
     }
     const double n = static_cast<double>(std::max<int64_t>(1, c.steps - 1)), t = sum_t / n, tok = sum_tok / n;
     // Attention: 12 x layers x hidden(q) x seq per token (fwd+bwd, causal halves 4x), as in MFU papers.
     const double attn = 6.0 * m.num_layers * m.num_heads * m.head_dim * c.seq_len * tok;
     const double flops = 6.0 * params * tok + attn;
-    std::printf("%smean of %d step%s: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB\n",
+    // The GPU's memory: tensors' peak, what the caching allocator held at its peak, and
+    // what the plan's memory estimate predicted (runtime/plan/memory_estimate.h).
+    const PlanReport plan = (*trainer)->Plan();
+    std::printf("%smean of %d step%s: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB (reserved %.1f, predicted %.1f, budget %.1f)\n",
                 label.c_str(), static_cast<int>(n), c.steps == 1 ? " (the first)" : "s", t, tok / t,
                 100.0 * flops / t / (790e12 * c.workers), h2d / 1e9, d2h / 1e9, 2.0 * params / 1e9, PeakRssGiB(),
-                gpu_peak / double(1 << 30));
+                gpu_peak / double(1 << 30), gpu_reserved / double(1 << 30),
+                plan.prediction.memory.total / double(1 << 30), plan.budget_bytes / double(1 << 30));
     std::fflush(stdout);
     return true;
   };

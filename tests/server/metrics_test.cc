@@ -95,7 +95,8 @@ TEST(MetricsTest, PerGpuSeriesComeFromTheWorkersFigures) {
   StepStats s = SomeStep();  // totals 4000 / 2000 over 0.5 s
   WorkerDeviceStats w0, w1;
   w0.h2d_bytes = 3000, w0.d2h_bytes = 500, w0.h2d_busy_seconds = 0.25, w0.d2h_busy_seconds = 0.125;
-  w0.memory_allocated_bytes = 7, w0.memory_peak_bytes = 9, w0.memory_total_bytes = 100;
+  w0.memory_allocated_bytes = 7, w0.memory_peak_bytes = 9, w0.memory_reserved_peak_bytes = 11,
+      w0.memory_total_bytes = 100;
   w1.h2d_bytes = 1000, w1.d2h_bytes = 1500, w1.memory_total_bytes = 100;
   s.workers = {w0, w1};
   s.predicted_step_seconds = 0.375;
@@ -117,6 +118,7 @@ TEST(MetricsTest, PerGpuSeriesComeFromTheWorkersFigures) {
         "slidedp_calibrated_pcie_bytes_per_second{direction=\"d2h\",gpu=\"0\"} 40000000000",
         "slidedp_calibrated_pcie_bytes_per_second{direction=\"h2d\",gpu=\"1\"} 0",
         "slidedp_gpu_memory_allocated_bytes{gpu=\"0\"} 7", "slidedp_gpu_memory_peak_bytes{gpu=\"0\"} 9",
+        "slidedp_gpu_memory_reserved_peak_bytes{gpu=\"0\"} 11",
         "slidedp_gpu_memory_total_bytes{gpu=\"1\"} 100", "slidedp_predicted_step_duration_seconds 0.375",
         "slidedp_last_step_duration_seconds 0.5", "slidedp_workers 2",
         "slidedp_bottleneck{resource=\"cpu_update\"} 1", "slidedp_bottleneck{resource=\"h2d\"} 0"}) {
