@@ -6,7 +6,7 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) adamw quality22 moments4
+# long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) sbruns (SBRUNS="ARGS|ARGS": step_bench runs) adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
@@ -322,6 +322,13 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
                  echo "qkab $lay round $r ($shape): $(echo "$o" | grep "mean of" | tail -1)"
                done
              done
+           done' ;;
+    # Ad-hoc step_bench runs: SBRUNS="ARGS|ARGS|..." (each a full argument list), in turn.
+    sbruns) TAILN=${TAILN:-16} step sbruns ${SBRUNS_CAP:-400} bash -c '
+           IFS="|" read -ra runs <<< "$SBRUNS"
+           for a in "${runs[@]}"; do
+             o=$('"$B"'/step_bench $a 2>&1) || { echo "$o" | tail -5; echo "FAILED: $a"; continue; }
+             echo "sbruns ($a): $(echo "$o" | grep -o "[0-9]* blocks kept, [0-9]* units resident" | tail -1) | $(echo "$o" | grep "mean of" | tail -1)"
            done' ;;
     # This tree's kept blocks at 64 x 4096 (3.09B), traced, with per-block times.
     kept64) TAILN=12 step kept64 ${KEPT64_CAP:-120} bash -c '
