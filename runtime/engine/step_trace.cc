@@ -1,5 +1,5 @@
 // StepTrace: see step_trace.h. Writes the JSON array form of the Trace Event Format
-// ("X" complete events in microseconds, one thread name per track).
+// ("X" complete events in microseconds, one thread name per track; "C" counters).
 #include "runtime/engine/step_trace.h"
 
 #include <fstream>
@@ -16,6 +16,12 @@ StepTrace::StepTrace() : origin_(MonotonicSeconds()) {}
 void StepTrace::Add(int pid, const std::string& track, const std::string& name, double t0, double t1) {
   absl::MutexLock lock(&mu_);
   spans_.push_back({pid, track, name, t0, t1});
+}
+
+void StepTrace::AddCounter(int pid, const std::string& name, double t,
+                           std::vector<std::pair<std::string, double>> values) {
+  absl::MutexLock lock(&mu_);
+  counters_.push_back({pid, name, t, std::move(values)});
 }
 
 size_t StepTrace::size() const {
@@ -35,6 +41,11 @@ absl::Status StepTrace::Write(const std::string& path) const {
     }
     events.push_back({{"ph", "X"}, {"name", s.name}, {"pid", s.pid}, {"tid", it->second},
                       {"ts", (s.t0 - origin_) * 1e6}, {"dur", std::max(0.0, s.t1 - s.t0) * 1e6}});
+  }
+  for (const Counter& c : counters_) {
+    nlohmann::json args = nlohmann::json::object();
+    for (const auto& [series, value] : c.values) args[series] = value;
+    events.push_back({{"ph", "C"}, {"name", c.name}, {"pid", c.pid}, {"ts", (c.t - origin_) * 1e6}, {"args", args}});
   }
   for (const auto& [key, tid] : tids) {
     (void)tid;

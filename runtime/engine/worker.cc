@@ -133,8 +133,12 @@ absl::StatusOr<WorkerStepResult> Worker::RunStep(int64_t step, const WorkerBatch
   if (!landed.ok()) return landed;
   try {
     for (const PendingSpan& s : spans_) {
-      trace_->Add(rank_, StreamName(s.stream), s.name, origin_host_ + streams_->MillisSinceOrigin(s.begin) / 1e3,
-                  origin_host_ + streams_->MillisSinceOrigin(s.end) / 1e3);
+      const double t1 = origin_host_ + streams_->MillisSinceOrigin(s.end) / 1e3;
+      trace_->Add(rank_, StreamName(s.stream), s.name, origin_host_ + streams_->MillisSinceOrigin(s.begin) / 1e3, t1);
+      if (s.allocated >= 0) {
+        constexpr double kGiB = double(int64_t{1} << 30);
+        trace_->AddCounter(rank_, "gpu memory GiB", t1, {{"allocated", s.allocated / kGiB}, {"peak", s.peak / kGiB}});
+      }
     }
     spans_.clear();
     r.memory_peak_bytes = streams_->MemoryPeak();
@@ -532,7 +536,12 @@ void Worker::Accumulate(at::Tensor& leaf, const ParamSpec& spec, at::Tensor& acc
 }
 
 void Worker::Span(StreamKind k, const std::string& name, const Event& begin, const Event& end) {
-  if (trace_ != nullptr && streams_->is_cuda()) spans_.push_back({k, name, begin, end});
+  if (trace_ == nullptr || !streams_->is_cuda()) return;
+  spans_.push_back({k, name, begin, end});
+  if (k == StreamKind::kCompute) {
+    spans_.back().allocated = streams_->MemoryAllocated();
+    spans_.back().peak = streams_->MemoryPeak();
+  }
 }
 
 }  // namespace slidedp

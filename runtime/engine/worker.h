@@ -222,6 +222,9 @@ class Worker {
     StreamKind stream;
     std::string name;
     Event begin, end;
+    // Compute spans: the GPU's allocated bytes and the step's peak so far, read when the
+    // span's work had been issued (the caching allocator allocates as work is issued).
+    int64_t allocated = -1, peak = -1;
   };
   std::vector<PendingSpan> spans_;
   double origin_host_ = 0.0;

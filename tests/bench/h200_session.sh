@@ -6,7 +6,7 @@
 # (each step's verdict and the tail of its log) to $OUT/summary.txt.
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
-# long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) sbruns (SBRUNS="ARGS|ARGS": step_bench runs) adamw quality22 moments4
+# long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) sbruns (SBRUNS="ARGS|ARGS": step_bench runs) memtrace (GPU memory per phase) adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
@@ -336,7 +336,17 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            echo "$o" | grep -E "setup|mean of|step_bench:"
            K=$(echo "$o" | sed -n "s/.*| \([0-9]*\) blocks kept.*/\1/p")
            python3 tests/bench/trace_blocks.py '"$R"'/t64_kept.json --micro_batches=16 --kept=${K:-0} --layers=36 \
-             --label="64 x 4096 kept=$K"' ;;
+             --label="64 x 4096 kept=$K"
+           python3 tests/bench/trace_memory.py '"$R"'/t64_kept.json' ;;
+    # The plan's GPU memory against what each phase of a step allocates (issue 20/21's
+    # estimate, ~10 GiB over the reserved peak on the H100, 2026-12-06): the 7.62B at
+    # 32 x 4096 and the 3.09B at 16 x 4096, each with its policy's plan, traced.
+    memtrace) TAILN=${TAILN:-24} step memtrace ${MEMTRACE_CAP:-240} bash -c '
+           for shape in "qwen2.5-7b --grad_accum=8" "qwen2.5-3b --grad_accum=4"; do
+             o=$('"$B"'/step_bench --model=$shape --micro_batch_size=4 --steps=2 --prefetch=2 --trace='"$R"'/t_mem.json 2>&1)
+             echo "$o" | grep -E "mean of"
+             python3 tests/bench/trace_memory.py '"$R"'/t_mem.json
+           done' ;;
     # Issue 22: the update's rate per optimizer.state_dtype (16 threads), and the 3.09B
     # step at 4 x 4096 with clipping (the update on the critical path) per dtype.
     adamw) TAILN=30 step adamw 150 build-gpu/tests/bench/adamw_bench 256M ;;
