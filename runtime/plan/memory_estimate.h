@@ -19,7 +19,8 @@ struct MemoryEstimate {
   int64_t activations = 0;   // saved block inputs (device placement) or those in flight, and
                              // the graphs of the blocks that keep them (KeptBlockBytes each)
   int64_t working = 0;       // one micro-batch through one block, hidden states, their grads
-  int64_t loss_chunk = 0;    // logits of one loss chunk, the LM head's gradient
+  int64_t loss_chunk = 0;    // logits of one loss chunk, the LM head's gradient (transient,
+                             // as working: the total counts the larger of the two)
   int64_t margin = 0;        // CUDA context, allocator
   int64_t resident = 0;      // resident units' state on the rank holding most (ResidentUnitBytes)
   int64_t total = 0;
