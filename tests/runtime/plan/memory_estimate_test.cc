@@ -1,0 +1,63 @@
+// The plan's GPU memory estimate (memory_estimate.h) against what LibTorch's caching
+// allocator held at its peak on a GPU: the estimate must cover every measured plan (the
+// policy keeps its 10% margin on top of it) and stay close enough that the policy does
+// not leave a card's memory unused (tests/bench/RESULTS.md, "Measured: H100 host",
+// 2026-12-06: the auto plans left ~20 GiB of 79 unused before the working set and the
+// loss chunk counted as the larger of the two).
+#include <gtest/gtest.h>
+
+#include "tests/runtime/plan/plan_test_shapes.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/model/model_config.h"
+#include "runtime/plan/memory_estimate.h"
+
+namespace slidedp {
+namespace {
+
+using namespace slidedp::testing;  // plan_test_shapes.h
+
+constexpr double kGiB = double(int64_t{1} << 30);
+
+TEST(MemoryEstimate, CoversTheReservedPeaksMeasuredOnAnH100AndStaysWithinSixGiBOfThem) {
+  // step_bench on an H100 80GB (prefetch 2, loss chunk 4096, micro-batches of 4 x 4096,
+  // activations on the device): the reserved peak of the caching allocator, GiB. (The
+  // policy's own plan for the 3.09B at 64 x 4096, 31 kept, is not here: the worker put
+  // the other blocks' inputs in host memory, which this estimate of device placement
+  // does not describe.)
+  struct Measured {
+    const char* model;
+    int64_t sequences, kept, resident;
+    double reserved_gib;
+  };
+  const std::vector<Measured> runs = {
+      {"qwen2.5-3b", 64, 36, 0, 65.2}, {"qwen2.5-3b", 64, 36, 4, 74.3}, {"qwen2.5-3b", 16, 16, 14, 61.9},
+      {"qwen2.5-7b", 32, 5, 0, 58.1},  {"qwen2.5-7b", 32, 10, 0, 69.2}, {"qwen2.5-7b", 32, 14, 0, 78.1},
+  };
+  for (const Measured& r : runs) {
+    SCOPED_TRACE(std::string(r.model) + " " + std::to_string(r.sequences) + " x 4096, " + std::to_string(r.kept) +
+                 " kept, " + std::to_string(r.resident) + " resident");
+    const ModelShape shape = ShapeOf(*PresetConfig(r.model));
+    JobShape job;
+    job.sequences = r.sequences;
+    job.seq_len = 4096;
+    job.cuda = true;
+    job.param_bytes = 2;
+    PlanKnobs k;
+    k.micro_batch_size = 4;
+    k.grad_accum = r.sequences / 4;
+    k.policy.prefetch_depth = 2;
+    k.policy.loss_chunk_tokens = 4096;
+    k.policy.activations = ActivationPlacement::kDevice;
+    k.policy.kept_blocks = r.kept;
+    k.policy.resident_units = r.resident;
+    const double predicted = EstimateMemory(shape, job, k).total / kGiB;
+    EXPECT_GE(predicted, r.reserved_gib);
+    EXPECT_LE(predicted, r.reserved_gib + 6.0);
+  }
+}
+
+}  // namespace
+}  // namespace slidedp
