@@ -328,7 +328,7 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            IFS="|" read -ra runs <<< "$SBRUNS"
            for a in "${runs[@]}"; do
              o=$('"$B"'/step_bench $a 2>&1) || { echo "$o" | tail -5; echo "FAILED: $a"; continue; }
-             echo "sbruns ($a): $(echo "$o" | grep -o "[0-9]* blocks kept, [0-9]* units resident" | tail -1) | $(echo "$o" | grep "mean of" | tail -1)"
+             echo "sbruns ($a): $(echo "$o" | grep "mean of" | tail -1)"
            done' ;;
     # This tree's kept blocks at 64 x 4096 (3.09B), traced, with per-block times.
     kept64) TAILN=12 step kept64 ${KEPT64_CAP:-120} bash -c '
@@ -338,9 +338,9 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            python3 tests/bench/trace_blocks.py '"$R"'/t64_kept.json --micro_batches=16 --kept=${K:-0} --layers=36 \
              --label="64 x 4096 kept=$K"
            python3 tests/bench/trace_memory.py '"$R"'/t64_kept.json' ;;
-    # The plan's GPU memory against what each phase of a step allocates (issue 20/21's
-    # estimate, ~10 GiB over the reserved peak on the H100, 2026-12-06): the 7.62B at
-    # 32 x 4096 and the 3.09B at 16 x 4096, each with its policy's plan, traced.
+    # The plan's GPU memory against what each phase of a step allocates (the estimate
+    # that memory_estimate_test.cc pins to the H100's reserved peaks of 2026-12-06): the
+    # 7.62B at 32 x 4096 and the 3.09B at 16 x 4096, each with its policy's plan, traced.
     memtrace) TAILN=${TAILN:-24} step memtrace ${MEMTRACE_CAP:-240} bash -c '
            for shape in "qwen2.5-7b --grad_accum=8" "qwen2.5-3b --grad_accum=4"; do
              o=$('"$B"'/step_bench --model=$shape --micro_batch_size=4 --steps=2 --prefetch=2 --trace='"$R"'/t_mem.json 2>&1)

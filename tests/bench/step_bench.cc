@@ -108,13 +108,14 @@ int Main(int argc, char** argv) {
     const double attn = 6.0 * m.num_layers * m.num_heads * m.head_dim * c.seq_len * tok;
     const double flops = 6.0 * params * tok + attn;
     // The GPU's memory: tensors' peak, what the caching allocator held at its peak, and
-    // what the plan's memory estimate predicted (runtime/plan/memory_estimate.h).
-    const PlanReport plan = (*trainer)->Plan();
-    std::printf("%smean of %d step%s: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB (reserved %.1f, predicted %.1f, budget %.1f)\n",
+    // what the plan's memory estimate predicted (runtime/plan/memory_estimate.h; the
+    // configured budget is in the label).
+    const double predicted_memory = (*trainer)->Plan().prediction.memory.total;
+    std::printf("%smean of %d step%s: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB (reserved %.1f, predicted %.1f)\n",
                 label.c_str(), static_cast<int>(n), c.steps == 1 ? " (the first)" : "s", t, tok / t,
                 100.0 * flops / t / (790e12 * c.workers), h2d / 1e9, d2h / 1e9, 2.0 * params / 1e9, PeakRssGiB(),
                 gpu_peak / double(1 << 30), gpu_reserved / double(1 << 30),
-                plan.prediction.memory.total / double(1 << 30), plan.budget_bytes / double(1 << 30));
+                predicted_memory / double(1 << 30));
     std::fflush(stdout);
     return true;
   };

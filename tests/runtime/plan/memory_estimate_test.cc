@@ -19,8 +19,6 @@ namespace {
 
 using namespace slidedp::testing;  // plan_test_shapes.h
 
-constexpr double kGiB = double(int64_t{1} << 30);
-
 TEST(MemoryEstimate, CoversTheReservedPeaksMeasuredOnAnH100AndStaysWithinSixGiBOfThem) {
   // step_bench on an H100 80GB (prefetch 2, loss chunk 4096, micro-batches of 4 x 4096,
   // activations on the device): the reserved peak of the caching allocator, GiB. (The
@@ -40,20 +38,14 @@ TEST(MemoryEstimate, CoversTheReservedPeaksMeasuredOnAnH100AndStaysWithinSixGiBO
     SCOPED_TRACE(std::string(r.model) + " " + std::to_string(r.sequences) + " x 4096, " + std::to_string(r.kept) +
                  " kept, " + std::to_string(r.resident) + " resident");
     const ModelShape shape = ShapeOf(*PresetConfig(r.model));
-    JobShape job;
+    JobShape job = SweepJob();
     job.sequences = r.sequences;
     job.seq_len = 4096;
-    job.cuda = true;
-    job.param_bytes = 2;
-    PlanKnobs k;
-    k.micro_batch_size = 4;
-    k.grad_accum = r.sequences / 4;
-    k.policy.prefetch_depth = 2;
+    PlanKnobs k = SweepKnobs(4, r.sequences / 4);  // prefetch 2, activations on the device
     k.policy.loss_chunk_tokens = 4096;
-    k.policy.activations = ActivationPlacement::kDevice;
     k.policy.kept_blocks = r.kept;
     k.policy.resident_units = r.resident;
-    const double predicted = EstimateMemory(shape, job, k).total / kGiB;
+    const double predicted = EstimateMemory(shape, job, k).total / static_cast<double>(kGiB);
     EXPECT_GE(predicted, r.reserved_gib);
     EXPECT_LE(predicted, r.reserved_gib + 6.0);
   }
