@@ -9,7 +9,7 @@
 # long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) sbruns (SBRUNS="ARGS|ARGS": step_bench runs) memtrace (GPU memory per phase) adamw quality22 moments4
 # moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
-# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
+# processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) mbsweep (issues 20, 21: one batch in micro-batches of 4, 2, 1) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
 # multitests scale7b scale14b (4 GPUs) fsdp2multi). On a machine not yet seen working: sanity (PyTorch
@@ -330,6 +330,12 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              o=$('"$B"'/step_bench $a 2>&1) || { echo "$o" | tail -5; echo "FAILED: $a"; continue; }
              echo "sbruns ($a): $(echo "$o" | grep "mean of" | tail -1)"
            done' ;;
+    # Issues 20 and 21: one batch in micro-batches of 4, 2 and 1 sequences over one host
+    # state, each with the kept blocks and resident units its memory leaves (a kept block
+    # holds one micro-batch's graph). MBSWEEP_ARGS: the shape and batch; MBSWEEP_SIZES.
+    mbsweep) export MBSWEEP_ARGS MBSWEEP_SIZES; TAILN=${TAILN:-8} step mbsweep ${MBSWEEP_CAP:-330} bash -c '
+           '"$B"'/step_bench ${MBSWEEP_ARGS:---model=qwen2.5-7b --micro_batch_size=4 --grad_accum=8} --prefetch=2 \
+             --steps=3 --sweep=micro_batch_size:${MBSWEEP_SIZES:-4,2,1} 2>&1 | grep -E "mean of|step_bench:|setup"' ;;
     # This tree's kept blocks at 64 x 4096 (3.09B), traced, with per-block times.
     kept64) TAILN=12 step kept64 ${KEPT64_CAP:-120} bash -c '
            o=$('"$SB"' --steps=3 --micro_batch_size=4 --grad_accum=16 --trace='"$R"'/t64_kept.json 2>&1)

@@ -8,7 +8,8 @@
 //                    over several (issue 24); the batch flags are this host's]
 //                   [--routes=PARAM/GRAD,...: each pair in turn over one host state]
 //                   [--sweep=FIELD:V1,V2,...: each value of FIELD (resident_units, kept_blocks,
-//                    gpu_memory_budget_bytes) in turn over one host state, in one process]
+//                    gpu_memory_budget_bytes, micro_batch_size: the same sequences a step) in
+//                    turn over one host state, in one process]
 // Prints every step, then the mean of the steps after the first (with --steps=1, of the
 // first, warm-up included, for runs too long to repeat): s/step, tokens/s,
 // model FLOPs utilization (6 x params x tokens + attention, over 790 TFLOP/s a GPU), PCIe
@@ -122,7 +123,8 @@ int Main(int argc, char** argv) {
   // The plan the trainer runs with now, for the labels of a sweep.
   auto plan_label = [&]() {
     const PlanKnobs& k = (*trainer)->Plan().knobs;
-    return absl::StrFormat("resident %d kept %d budget %.0f GB | ", k.policy.resident_units, k.policy.kept_blocks,
+    return absl::StrFormat("%d x %d micro-batches | resident %d kept %d budget %.0f GB | ", k.micro_batch_size,
+                           k.grad_accum, k.policy.resident_units, k.policy.kept_blocks,
                            k.policy.gpu_memory_budget_bytes / 1e9);
   };
   const std::string sweep = Flag(argc, argv, "sweep", "");
@@ -130,8 +132,11 @@ int Main(int argc, char** argv) {
     // --sweep=FIELD:V1,V2,...: each value in turn over the same host state (Trainer::UsePlan).
     const std::vector<std::string> fv = absl::StrSplit(sweep, absl::MaxSplits(':', 1));
     const std::string field = fv[0];
-    if (fv.size() != 2 || (field != "resident_units" && field != "kept_blocks" && field != "gpu_memory_budget_bytes")) {
-      std::fprintf(stderr, "step_bench: --sweep wants resident_units|kept_blocks|gpu_memory_budget_bytes:V1,V2,..., got \"%s\"\n",
+    if (fv.size() != 2 || (field != "resident_units" && field != "kept_blocks" && field != "gpu_memory_budget_bytes" &&
+                           field != "micro_batch_size")) {
+      std::fprintf(stderr,
+                   "step_bench: --sweep wants resident_units|kept_blocks|gpu_memory_budget_bytes|micro_batch_size:V1,V2,..., "
+                   "got \"%s\"\n",
                    sweep.c_str());
       return 2;
     }
@@ -141,6 +146,16 @@ int Main(int argc, char** argv) {
       if (field == "resident_units") k.policy.resident_units = v;
       if (field == "kept_blocks") k.policy.kept_blocks = v;
       if (field == "gpu_memory_budget_bytes") k.policy.gpu_memory_budget_bytes = v;
+      if (field == "micro_batch_size") {  // the same sequences a step, in micro-batches of v
+        const int64_t sequences = c.micro_batch_size * c.grad_accum;
+        if (v < 1 || sequences % v != 0) {
+          std::fprintf(stderr, "step_bench: micro_batch_size=%s does not divide the %lld sequences a step\n",
+                       std::string(value).c_str(), static_cast<long long>(sequences));
+          return 2;
+        }
+        k.micro_batch_size = v;
+        k.grad_accum = sequences / v;
+      }
       if (absl::Status st = (*trainer)->UsePlan(k); !st.ok()) {
         std::fprintf(stderr, "step_bench: %s=%s: %s\n", field.c_str(), std::string(value).c_str(),
                      std::string(st.message()).c_str());
