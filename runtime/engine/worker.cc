@@ -4,6 +4,7 @@
 #include "runtime/engine/clock.h"
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/fault_injection.h"
+#include "runtime/model/weight_grad.h"
 
 #include <c10/core/GradMode.h>
 
@@ -61,6 +62,7 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       pipeline_(pipeline),
       shared_(shared),
       device_(device),
+      sink_weights_(device.is_cuda() && WeightSinksOn()),
       param_route_(config.policy.param_route),
       grad_route_(config.policy.grad_route),
       activations_(Activations(config, *state, streams.get())),
@@ -213,6 +215,7 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
         const at::Tensor slot = Acquire(step, item, r);
         b.params = ViewBlock(layout.units[u], slot, &b.leaves);
         b.grad = GradBuffer(u);
+        if (sink_weights_) SinkWeights(layout.units[u], b.grad, &b.params);
       }
       x = KeptForward(u, b, x, in.layouts[mb], graphs[u - first_kept]);
       if (first) FirstComputeIssued(step, item, r);
@@ -253,7 +256,8 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
     if (u > 1) next = Restore(u - 1, std::move(saved[u - 1]), r);  // under this unit's backward
     at::Tensor grad = GradBuffer(u);
     std::vector<at::Tensor> leaves;  // one leaf per parameter, shared by the micro-batches
-    const BlockParams p = ViewBlock(unit, slot, &leaves);
+    BlockParams p = ViewBlock(unit, slot, &leaves);
+    if (sink_weights_) SinkWeights(unit, grad, &p);
     streams_->Wait(StreamKind::kCompute, inputs.ready);
     for (size_t mb = 0; mb < MB; ++mb) {
       at::Tensor x = inputs.xs[mb].detach().requires_grad_(true);

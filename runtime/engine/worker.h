@@ -187,6 +187,9 @@ class Worker {
   UpdatePipeline* const pipeline_;
   RouteShared* const shared_;
   const at::Device device_;
+  // The blocks' projection weights add their gradients straight into the unit's fp32
+  // accumulator (weight_grad.h): on CUDA, unless SLIDEDP_WEIGHT_SINKS=0.
+  const bool sink_weights_;
   const ParamRoute param_route_;
   const GradRoute grad_route_;
   // Layer inputs to host memory or not, and the MLP's sequence tile (activation_policy.h).

@@ -10,6 +10,7 @@
 
 #include "runtime/engine/worker.h"
 #include "runtime/model/fused_ops.h"
+#include "runtime/model/weight_grad.h"
 
 namespace slidedp {
 namespace {
@@ -68,14 +69,16 @@ at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targ
       // The final norm through autograd; the LM head and the loss in one pass over
       // bf16 logits that become their own gradient (fused_ops.h).
       at::Tensor h = RmsNorm(xc, norm, cfg.rms_norm_eps);
+      // w's gradient straight into the fp32 accumulator where it can (weight_grad.h).
+      at::Tensor lm_acc = lm_grad.narrow(0, lm_spec.offset, lm_spec.numel);
       const LinearCrossEntropy ce = FusedLinearCrossEntropy(
           h.detach().reshape({-1, cfg.hidden_size}), lm.detach(), targets.narrow(1, t, len).reshape({-1}),
-          inv_tokens);
+          inv_tokens, WeightSinksOn() ? lm_acc.view(lm.sizes()) : at::Tensor());
       h.backward(ce.dh.view_as(h));
       loss_acc.add_(ce.loss.to(at::kDouble));
       grad.narrow(1, t, len).copy_(xc.grad());
       Accumulate(norm, hu.params[norm_i], head_grad);
-      lm_grad.narrow(0, lm_spec.offset, lm_spec.numel).add_(ce.dw.reshape({-1}));
+      if (ce.dw.defined()) lm_acc.add_(ce.dw.reshape({-1}));
       continue;
     }
     at::Tensor logits = HeadLogits(cfg, norm, lm, xc);

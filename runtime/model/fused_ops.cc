@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "runtime/model/fused_kernels.h"
 #include "runtime/model/ignore_index.h"
+#include "runtime/model/weight_grad.h"
 
 #if defined(SLIDEDP_FUSED_CUDA)
 #include <c10/cuda/CUDAStream.h>
@@ -198,6 +200,50 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
+// The fp32 accumulators a function adds its weights' gradients to (weight_grad.h): a
+// plain struct, so that autograd sees no input tensors in it (its gradient slot is an
+// undefined tensor). Kept in saved_data between forward and backward.
+struct Sinks {
+  std::vector<at::Tensor> t;
+};
+
+void SaveSinks(AutogradContext* ctx, const Sinks& sinks) {
+  for (const at::Tensor& s : sinks.t) {
+    if (s.defined()) {
+      ctx->saved_data["sinks"] = sinks.t;
+      return;
+    }
+  }
+}
+
+std::vector<at::Tensor> SavedSinks(AutogradContext* ctx, size_t n) {
+  std::vector<at::Tensor> sinks(n);
+  if (ctx->saved_data.count("sinks") != 0) {
+    std::vector<at::Tensor> saved = ctx->saved_data["sinks"].toTensorVector();
+    for (size_t i = 0; i < n && i < saved.size(); ++i) sinks[i] = saved[i];
+  }
+  return sinks;
+}
+
+// The sinks as one [sum rows, cols] fp32 matrix where they lie back to back in one
+// storage (a unit's accumulator: gate_proj's and up_proj's without MLP biases), else
+// undefined.
+at::Tensor StackedSinks(const std::vector<at::Tensor>& sinks) {
+  if (sinks.empty()) return at::Tensor();
+  const at::Tensor& first = sinks[0];
+  int64_t rows = 0;
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    const at::Tensor& s = sinks[i];
+    if (!s.defined() || s.dim() != 2 || !s.is_contiguous() || s.size(1) != first.size(1) ||
+        !s.storage().is_alias_of(first.storage()) ||
+        (i > 0 && s.storage_offset() != sinks[i - 1].storage_offset() + sinks[i - 1].numel())) {
+      return at::Tensor();
+    }
+    rows += s.size(0);
+  }
+  return first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
+}
+
 // silu(gate) * up [rows, F] of gu [rows, 2F] contiguous (gate | up), one kernel.
 at::Tensor SwigluOfHalves(const at::Tensor& gu) {
   const int64_t rows = gu.size(0), F = gu.size(1) / 2;
@@ -217,7 +263,7 @@ at::Tensor SwigluOfHalves(const at::Tensor& gu) {
 class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gu_in, const at::Tensor& down_w,
-                            const c10::optional<at::Tensor>& down_b, bool output_unread) {
+                            const c10::optional<at::Tensor>& down_b, bool output_unread, const Sinks& sink) {
     const int64_t width = gu_in.size(-1);
     TORCH_CHECK(width % 2 == 0, "FusedSwigluDown: gate | up needs an even last dimension, got ", width);
     const at::Tensor gu = gu_in.reshape({-1, width}).contiguous();
@@ -225,6 +271,7 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     sizes.back() = down_w.size(0);
     ctx->saved_data["bias"] = down_b.has_value() && down_b->defined();
     ctx->save_for_backward({gu, down_w});
+    SaveSinks(ctx, sink);
     if (output_unread) return at::empty(sizes, gu.options());
     const at::Tensor act = SwigluOfHalves(gu);
     at::Tensor out = Linear(act, down_w, down_b.value_or(at::Tensor()));
@@ -238,7 +285,9 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     const int64_t rows = gu.size(0), F = gu.size(1) / 2;
     const at::Tensor dout = grads[0].reshape({rows, w.size(0)}).contiguous();
     // The product lives only for this GEMM.
-    at::Tensor dw = dout.t().mm(SwigluOfHalves(gu));
+    const at::Tensor act = SwigluOfHalves(gu);
+    const at::Tensor sink = SavedSinks(ctx, 1)[0];
+    at::Tensor dw = sink.defined() && AddWeightGradient(sink, dout, act) ? at::Tensor() : dout.t().mm(act);
     at::Tensor db = ctx->saved_data["bias"].toBool() ? dout.sum(0) : at::Tensor();
     const at::Tensor dact = dout.mm(w);
     at::Tensor dgu = at::empty_like(gu);
@@ -246,7 +295,7 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
     Run(gu, a, fused::cpu::SwigluBackward, SLIDEDP_CUDA_LAUNCHER(fused::cuda::SwigluBackward));
     std::vector<int64_t> sizes = grads[0].sizes().vec();  // the input's: the output's, last 2F
     sizes.back() = 2 * F;
-    return {dgu.view(sizes), dw, db, at::Tensor()};
+    return {dgu.view(sizes), dw, db, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -288,7 +337,7 @@ at::Tensor Stack(at::TensorList parts) {
 class LinearsFunction : public torch::autograd::Function<LinearsFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
-                            at::TensorList biases) {
+                            at::TensorList biases, const Sinks& sinks) {
     TORCH_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
                 "FusedLinears: every weight needs a bias, or none does");
     const at::Tensor w = Stack(weights);
@@ -298,6 +347,7 @@ class LinearsFunction : public torch::autograd::Function<LinearsFunction> {
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["bias"] = !biases.empty();
+    SaveSinks(ctx, sinks);
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = w.size(0);
     return at::_unsafe_view(y, sizes);  // as SwigluDownFunction's output
@@ -309,17 +359,35 @@ class LinearsFunction : public torch::autograd::Function<LinearsFunction> {
     const at::TensorList weights = at::TensorList(saved).slice(1);
     const at::Tensor x2 = x.reshape({-1, x.size(-1)});
     const at::Tensor dy = grads[0].reshape({x2.size(0), -1}).contiguous();
-    const at::Tensor dw = dy.t().mm(x2);
+    // The weights with sinks take their gradients there (all in one GEMM where the sinks
+    // are one matrix); the GEMM of the others' runs only if there are any.
+    const std::vector<at::Tensor> sinks = SavedSinks(ctx, weights.size());
+    std::vector<bool> sunk(weights.size(), false);
+    const at::Tensor stacked = StackedSinks(sinks);
+    if (stacked.defined() && AddWeightGradient(stacked, dy, x2)) {
+      sunk.assign(weights.size(), true);
+    } else {
+      int64_t row = 0;
+      for (size_t i = 0; i < weights.size(); ++i) {
+        const int64_t n = weights[i].size(0);
+        sunk[i] = sinks[i].defined() && AddWeightGradient(sinks[i], dy.narrow(1, row, n), x2);
+        row += n;
+      }
+    }
+    const bool all_sunk = std::all_of(sunk.begin(), sunk.end(), [](bool b) { return b; });
+    const at::Tensor dw = all_sunk ? at::Tensor() : dy.t().mm(x2);
     const at::Tensor db = ctx->saved_data["bias"].toBool() ? dy.sum(0) : at::Tensor();
     variable_list result{dy.mm(Stack(weights)).view(x.sizes())};
     std::vector<at::Tensor> dbs;
     int64_t row = 0;
-    for (const at::Tensor& w : weights) {
-      result.push_back(dw.narrow(0, row, w.size(0)));
-      if (db.defined()) dbs.push_back(db.narrow(0, row, w.size(0)));
-      row += w.size(0);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const int64_t n = weights[i].size(0);
+      result.push_back(sunk[i] ? at::Tensor() : dw.narrow(0, row, n));
+      if (db.defined()) dbs.push_back(db.narrow(0, row, n));
+      row += n;
     }
     result.insert(result.end(), dbs.begin(), dbs.end());
+    result.push_back(at::Tensor());  // sinks
     return result;
   }
 };
@@ -367,25 +435,32 @@ at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up) {
 }
 
 at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b,
-                           bool output_unread) {
+                           bool output_unread, const at::Tensor& down_sink) {
   return SwigluDownFunction::apply(gu, down_w,
                                    down_b.defined() ? c10::optional<at::Tensor>(down_b) : c10::optional<at::Tensor>(),
-                                   output_unread);
+                                   output_unread, Sinks{{down_sink}});
 }
 
 at::Tensor FusedLinears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
-                        const std::vector<at::Tensor>& biases) {
+                        const std::vector<at::Tensor>& biases, const std::vector<at::Tensor>& sinks) {
+  TORCH_CHECK(sinks.empty() || sinks.size() == weights.size(), "FusedLinears: ", sinks.size(), " sinks for ",
+              weights.size(), " weights");
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    TORCH_CHECK(!sinks[i].defined() || (sinks[i].scalar_type() == at::kFloat && sinks[i].sizes() == weights[i].sizes()),
+                "FusedLinears: sink ", i, " must be fp32 in its weight's shape ", weights[i].sizes(), ", got ",
+                sinks[i].sizes(), " ", sinks[i].scalar_type());
+  }
   std::vector<at::Tensor> defined;
   for (const at::Tensor& b : biases) {
     if (b.defined()) defined.push_back(b);
   }
   TORCH_CHECK(defined.empty() || defined.size() == weights.size(),
               "FusedLinears: every weight needs a bias, or none does");
-  return LinearsFunction::apply(x, at::TensorList(weights), at::TensorList(defined));
+  return LinearsFunction::apply(x, at::TensorList(weights), at::TensorList(defined), Sinks{sinks});
 }
 
 LinearCrossEntropy FusedLinearCrossEntropy(const at::Tensor& h_in, const at::Tensor& w,
-                                           const at::Tensor& targets_in, double scale) {
+                                           const at::Tensor& targets_in, double scale, const at::Tensor& dw_sink) {
   c10::NoGradGuard no_grad;
   const at::Tensor h = h_in.contiguous();
   const at::Tensor targets = targets_in.to(at::kLong).contiguous();
@@ -397,7 +472,7 @@ LinearCrossEntropy FusedLinearCrossEntropy(const at::Tensor& h_in, const at::Ten
   LinearCrossEntropy out;
   out.loss = loss.sum() * scale;
   out.dh = at::mm(logits, w);
-  out.dw = at::mm(logits.t(), h);
+  if (!dw_sink.defined() || !AddWeightGradient(dw_sink, logits, h)) out.dw = at::mm(logits.t(), h);
   return out;
 }
 

@@ -46,8 +46,9 @@ at::Tensor FusedSwiglu(const at::Tensor& gate, const at::Tensor& up);
 // computes neither the product nor the GEMM, and the output is an uninitialised tensor of
 // its shape, for a caller that only back-propagates through it (a block or an MLP tile
 // recomputed for its backward: RecomputedBlockBackward, TiledMlp); backward is the same.
+// `down_sink` (fp32 [H, F], weight_grad.h): down_w's gradient is added there, not returned.
 at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const at::Tensor& down_b,
-                           bool output_unread = false);
+                           bool output_unread = false, const at::Tensor& down_sink = at::Tensor());
 
 // Linears of one input as one GEMM: x [..., in] times weights[i] [out_i, in] stacked
 // along their rows, plus biases[i] [out_i] stacked (all defined or all undefined);
@@ -55,8 +56,11 @@ at::Tensor FusedSwigluDown(const at::Tensor& gu, const at::Tensor& down_w, const
 // weight and bias gets its own gradient. Where the weights lie back to back in one
 // storage (a unit's flat buffer, param_layout.cc) the stack is a view of them, else a
 // copy made in forward and again in backward (autograd keeps only x and the weights).
+// `sinks` (empty, or one a weight, each fp32 in its weight's shape or undefined): a
+// weight with a sink has its gradient added there (weight_grad.h), in one GEMM for all
+// when the sinks lie back to back, and gets none from autograd.
 at::Tensor FusedLinears(const at::Tensor& x, const std::vector<at::Tensor>& weights,
-                        const std::vector<at::Tensor>& biases);
+                        const std::vector<at::Tensor>& biases, const std::vector<at::Tensor>& sinks = {});
 
 // The LM head's loss and gradients without autograd and without fp32 logits: logits =
 // h [n, H] x w [V, H]^T in bf16, one chunk at a time (the caller chunks), cross-entropy
@@ -67,7 +71,10 @@ struct LinearCrossEntropy {
   at::Tensor dh;    // [n, H], h's dtype
   at::Tensor dw;    // [V, H], w's dtype
 };
+// With `dw_sink` (fp32 [V, H]), w's gradient is added there where it can be
+// (weight_grad.h) and `dw` is left undefined.
 LinearCrossEntropy FusedLinearCrossEntropy(const at::Tensor& h, const at::Tensor& w,
-                                           const at::Tensor& targets, double scale);
+                                           const at::Tensor& targets, double scale,
+                                           const at::Tensor& dw_sink = at::Tensor());
 
 }  // namespace slidedp

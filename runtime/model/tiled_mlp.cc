@@ -24,9 +24,11 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 // Fused (fused_ops.h): gate and up as one GEMM, then the down projection (keeping no
 // [.., FFN] product for backward; with `output_unread`, no output computed). Otherwise
 // ATen's ops, the reference.
-at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, bool output_unread = false) {
+at::Tensor Mlp(const MlpWeights& w, const at::Tensor& h, bool fused, bool output_unread = false,
+               const MlpSinks& sinks = MlpSinks()) {
   if (fused) {
-    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}), w.down_w, w.down_b, output_unread);
+    return FusedSwigluDown(FusedLinears(h, {w.gate_w, w.up_w}, {w.gate_b, w.up_b}, {sinks.gate, sinks.up}), w.down_w,
+                           w.down_b, output_unread, sinks.down);
   }
   return Linear(at::silu(Linear(h, w.gate_w, w.gate_b)) * Linear(h, w.up_w, w.up_b), w.down_w, w.down_b);
 }
@@ -61,8 +63,11 @@ MlpWeights Unpack(at::TensorList list, int64_t present) {
 class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, at::TensorList weights,
-                            int64_t present, int64_t tile, bool fused) {
+                            int64_t present, int64_t tile, bool fused, const MlpSinks& sinks) {
     at::Tensor out = ForwardInTiles(Unpack(weights, present), h, tile, fused);
+    if (sinks.gate.defined() || sinks.up.defined() || sinks.down.defined()) {
+      ctx->saved_data["sinks"] = std::vector<at::Tensor>{sinks.gate, sinks.up, sinks.down};
+    }
     variable_list saved{h};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
@@ -81,6 +86,11 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
     const at::Tensor& gy = grad_outputs[0];
     const int64_t T = h.size(1);
     const size_t K = saved.size() - 1;
+    MlpSinks sinks;  // (autograd sees no tensors in an MlpSinks argument)
+    if (ctx->saved_data.count("sinks") != 0) {
+      const std::vector<at::Tensor> s = ctx->saved_data["sinks"].toTensorVector();
+      sinks = MlpSinks{s[0], s[1], s[2]};
+    }
     at::Tensor gh = at::empty_like(h);
     std::vector<at::Tensor> gw(K);  // fp32 sums over tiles
     for (int64_t s = 0; s < T; s += tile) {
@@ -89,11 +99,14 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
       variable_list inputs{h.narrow(1, s, n).detach().requires_grad_(true)};
       for (size_t i = 0; i < K; ++i) inputs.push_back(saved[1 + i].detach().requires_grad_(true));
       // Only this tile's gradients are wanted: the fused down projection computes no output.
-      const at::Tensor y = Mlp(Unpack(at::TensorList(inputs).slice(1), present), inputs[0], fused,
-                               /*output_unread=*/true);
-      const variable_list g = torch::autograd::grad({y}, inputs, {gy.narrow(1, s, n)});
+      const at::Tensor y =
+          Mlp(Unpack(at::TensorList(inputs).slice(1), present), inputs[0], fused, /*output_unread=*/true, sinks);
+      // A weight whose sink took its gradient has none here.
+      const variable_list g = torch::autograd::grad({y}, inputs, {gy.narrow(1, s, n)}, /*retain_graph=*/c10::nullopt,
+                                                    /*create_graph=*/false, /*allow_unused=*/true);
       gh.narrow(1, s, n).copy_(g[0]);
       for (size_t i = 0; i < K; ++i) {
+        if (!g[1 + i].defined()) continue;
         if (!gw[i].defined()) {
           gw[i] = g[1 + i].to(at::kFloat);
         } else {
@@ -102,10 +115,13 @@ class TiledMlpFunction : public torch::autograd::Function<TiledMlpFunction> {
       }
     }
     variable_list result{gh};
-    for (size_t i = 0; i < K; ++i) result.push_back(gw[i].to(saved[1 + i].scalar_type()));
+    for (size_t i = 0; i < K; ++i) {
+      result.push_back(gw[i].defined() ? gw[i].to(saved[1 + i].scalar_type()) : at::Tensor());
+    }
     result.push_back(at::Tensor());  // present
     result.push_back(at::Tensor());  // tile
     result.push_back(at::Tensor());  // fused
+    result.push_back(at::Tensor());  // sinks
     return result;
   }
 };
@@ -116,10 +132,11 @@ at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile) {
   return TiledMlp(w, h, tile, UseFusedOps(h));
 }
 
-at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread) {
+at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread,
+                    const MlpSinks& sinks) {
   const int64_t T = h.size(1);
   if (tile <= 0 || tile >= T) {
-    return Mlp(w, h, fused, output_unread);
+    return Mlp(w, h, fused, output_unread, sinks);
   }
   MlpWeights copy = w;
   std::vector<at::Tensor> defined;
@@ -132,7 +149,7 @@ at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool
     }
   }
   if (!c10::GradMode::is_enabled()) return ForwardInTiles(w, h, tile, fused);  // no graph to keep
-  return TiledMlpFunction::apply(h, at::TensorList(defined), present, tile, fused);
+  return TiledMlpFunction::apply(h, at::TensorList(defined), present, tile, fused, sinks);
 }
 
 int64_t AutoMlpTile(int64_t rows, int64_t seq_len, int64_t ffn, int64_t element_bytes, int64_t budget_bytes) {

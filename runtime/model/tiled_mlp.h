@@ -16,6 +16,12 @@ struct MlpWeights {
   at::Tensor gate_w, gate_b, up_w, up_b, down_w, down_b;  // biases may be undefined
 };
 
+// Fused only: fp32 accumulators in the weights' shapes that take their gradients
+// (weight_grad.h; those weights then get none from autograd), or undefined.
+struct MlpSinks {
+  at::Tensor gate, up, down;
+};
+
 // h [B, T, H] -> [B, T, H]. `tile` <= 0 or >= T computes it whole (plain autograd, no
 // recompute); otherwise in tiles of `tile` positions (the last one shorter). Gradients of
 // the weights are summed over tiles in fp32 and rounded once to the weights' dtype.
@@ -26,7 +32,8 @@ struct MlpWeights {
 // wanted). `output_unread`: the caller only back-propagates through the output
 // (RecomputedBlockBackward): whole and fused, its values are not computed
 // (FusedSwigluDown's output_unread); tiled or unfused, they are.
-at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread = false);
+at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread = false,
+                    const MlpSinks& sinks = MlpSinks());
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile);
 
 // The tile the policy uses when the job does not fix one: the whole sequence while one

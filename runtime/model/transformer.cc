@@ -170,6 +170,20 @@ BlockParams ViewBlock(const UnitLayout& u, const at::Tensor& f, std::vector<at::
   return p;
 }
 
+void SinkWeights(const UnitLayout& u, const at::Tensor& acc, BlockParams* p) {
+  TORCH_CHECK(acc.scalar_type() == at::kFloat && acc.dim() == 1 && acc.numel() >= u.numel,
+              "SinkWeights: an fp32 accumulator of the unit's ", u.numel, " parameters expected, got ", acc.sizes(),
+              " ", acc.scalar_type());
+  WeightSinks& s = p->sinks;
+  s.q = View(u, acc, "self_attn.q_proj.weight", nullptr);
+  s.k = View(u, acc, "self_attn.k_proj.weight", nullptr);
+  s.v = View(u, acc, "self_attn.v_proj.weight", nullptr);
+  s.o = View(u, acc, "self_attn.o_proj.weight", nullptr);
+  s.gate = View(u, acc, "mlp.gate_proj.weight", nullptr);
+  s.up = View(u, acc, "mlp.up_proj.weight", nullptr);
+  s.down = View(u, acc, "mlp.down_proj.weight", nullptr);
+}
+
 HeadParams ViewHead(const ModelLayout& layout, const at::Tensor& head, const at::Tensor& embedding) {
   const UnitLayout& h = layout.units.back();
   HeadParams p;
@@ -255,8 +269,9 @@ BlockTerms FusedBlockTerms(const ModelConfig& c, const BlockParams& p, const at:
   at::Tensor h = FusedRmsNorm(x, p.input_norm, c.rms_norm_eps);
   // Views of one [B, T, (nh + 2 nkv) D] output. split_with_sizes, not three narrows:
   // its backward puts the three gradients into one tensor in one copy.
+  const WeightSinks& s = p.sinks;
   const std::vector<at::Tensor> qkv = at::split_with_sizes(
-      FusedLinears(h, {p.q_w, p.k_w, p.v_w}, {p.q_b, p.k_b, p.v_b}), {nh * D, nkv * D, nkv * D}, -1);
+      FusedLinears(h, {p.q_w, p.k_w, p.v_w}, {p.q_b, p.k_b, p.v_b}, {s.q, s.k, s.v}), {nh * D, nkv * D, nkv * D}, -1);
   at::Tensor q = qkv[0].view({B, T, nh, D});
   at::Tensor k = qkv[1].view({B, T, nkv, D});
   at::Tensor v = qkv[2].contiguous().view({B, T, nkv, D}).transpose(1, 2);
@@ -271,9 +286,11 @@ BlockTerms FusedBlockTerms(const ModelConfig& c, const BlockParams& p, const at:
   at::Tensor a = layout.doc_starts.empty() ? GroupedAttention(q, k, v, scale)
                                            : DocumentAttention(q, k, v, layout.doc_starts, scale);
   a = a.transpose(1, 2).reshape({B, T, nh * D});
-  auto [x1, h2] = FusedAddRmsNorm(x, Linear(a, p.o_w, p.o_b), p.post_norm, c.rms_norm_eps);
+  // o_proj through FusedLinears only for its sink: at::linear is the same GEMM.
+  const at::Tensor attn_out = s.o.defined() ? FusedLinears(a, {p.o_w}, {p.o_b}, {s.o}) : Linear(a, p.o_w, p.o_b);
+  auto [x1, h2] = FusedAddRmsNorm(x, attn_out, p.post_norm, c.rms_norm_eps);
   const MlpWeights mlp{p.gate_w, p.gate_b, p.up_w, p.up_b, p.down_w, p.down_b};
-  return {x1, TiledMlp(mlp, h2, mlp_tile, /*fused=*/true, mlp_unread)};
+  return {x1, TiledMlp(mlp, h2, mlp_tile, /*fused=*/true, mlp_unread, MlpSinks{s.gate, s.up, s.down})};
 }
 
 // ATen's composition, the reference.

@@ -14,9 +14,17 @@
 namespace slidedp {
 
 // Views of a decoder block's parameters into `flat` (undefined tensors where absent).
+// fp32 accumulators, views of a unit's gradient buffer in each projection weight's shape,
+// that the fused path adds those weights' gradients to (weight_grad.h); undefined: the
+// weights' leaves get their gradients from autograd, as the ATen composition's always do.
+struct WeightSinks {
+  at::Tensor q, k, v, o, gate, up, down;
+};
+
 struct BlockParams {
   at::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, q_norm, k_norm;
   at::Tensor post_norm, gate_w, gate_b, up_w, up_b, down_w, down_b;
+  WeightSinks sinks;
 };
 
 // Returns a view of parameter `index` of `unit` inside `flat` ([unit.numel]).
@@ -26,6 +34,8 @@ at::Tensor ParamView(const UnitLayout& unit, const at::Tensor& flat, int index);
 // build several graphs over the same leaves and collect each parameter's gradient.
 BlockParams ViewBlock(const UnitLayout& unit, const at::Tensor& flat,
                       std::vector<at::Tensor>* leaves = nullptr);
+// Points p's sinks into `acc`, the unit's fp32 gradient accumulator [unit.numel].
+void SinkWeights(const UnitLayout& unit, const at::Tensor& acc, BlockParams* p);
 
 // cos and sin tables [seq_len, head_dim] in fp32 for positions 0..seq_len-1, with the
 // config's rope_theta and rope scaling, as Hugging Face computes them.
