@@ -360,7 +360,8 @@ class LinearsFunction : public torch::autograd::Function<LinearsFunction> {
     const at::Tensor x2 = x.reshape({-1, x.size(-1)});
     const at::Tensor dy = grads[0].reshape({x2.size(0), -1}).contiguous();
     // The weights with sinks take their gradients there (all in one GEMM where the sinks
-    // are one matrix); the GEMM of the others' runs only if there are any.
+    // are one matrix); if any weight has none, the stacked GEMM of before runs as well
+    // and that weight gets its rows of it (the engine sinks all or none).
     const std::vector<at::Tensor> sinks = SavedSinks(ctx, weights.size());
     std::vector<bool> sunk(weights.size(), false);
     const at::Tensor stacked = StackedSinks(sinks);
