@@ -10,7 +10,6 @@
 
 #include "runtime/engine/worker.h"
 #include "runtime/model/fused_ops.h"
-#include "runtime/model/weight_grad.h"
 
 namespace slidedp {
 namespace {
@@ -73,7 +72,7 @@ at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targ
       at::Tensor lm_acc = lm_grad.narrow(0, lm_spec.offset, lm_spec.numel);
       const LinearCrossEntropy ce = FusedLinearCrossEntropy(
           h.detach().reshape({-1, cfg.hidden_size}), lm.detach(), targets.narrow(1, t, len).reshape({-1}),
-          inv_tokens, WeightSinksOn() ? lm_acc.view(lm.sizes()) : at::Tensor());
+          inv_tokens, sink_weights_ ? lm_acc.view(lm.sizes()) : at::Tensor());
       h.backward(ce.dh.view_as(h));
       loss_acc.add_(ce.loss.to(at::kDouble));
       grad.narrow(1, t, len).copy_(xc.grad());

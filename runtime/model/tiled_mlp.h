@@ -31,7 +31,9 @@ struct MlpSinks {
 // tile's recompute in backward skips the down projection's GEMM (only its gradients are
 // wanted). `output_unread`: the caller only back-propagates through the output
 // (RecomputedBlockBackward): whole and fused, its values are not computed
-// (FusedSwigluDown's output_unread); tiled or unfused, they are.
+// (FusedSwigluDown's output_unread); tiled or unfused, they are. `sinks` (fused only):
+// the three weights' gradients, whole or summed over the tiles, are added there in fp32
+// and autograd gives those weights none.
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile, bool fused, bool output_unread = false,
                     const MlpSinks& sinks = MlpSinks());
 at::Tensor TiledMlp(const MlpWeights& w, const at::Tensor& h, int64_t tile);
