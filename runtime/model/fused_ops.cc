@@ -225,23 +225,37 @@ std::vector<at::Tensor> SavedSinks(AutogradContext* ctx, size_t n) {
   return sinks;
 }
 
-// The sinks as one [sum rows, cols] fp32 matrix where they lie back to back in one
-// storage (a unit's accumulator: gate_proj's and up_proj's without MLP biases), else
-// undefined.
-at::Tensor StackedSinks(const std::vector<at::Tensor>& sinks) {
-  if (sinks.empty()) return at::Tensor();
-  const at::Tensor& first = sinks[0];
+// `parts` ([rows_i, ...] each, same trailing sizes and dtype) stacked along dim 0 as a
+// view over their storage where they lie back to back in it (gate_proj and up_proj, or
+// their fp32 gradient accumulators, in a unit's flat buffer without MLP biases,
+// param_layout.cc), else undefined.
+at::Tensor StackedView(at::TensorList parts) {
+  const at::Tensor& first = parts[0];
   int64_t rows = 0;
-  for (size_t i = 0; i < sinks.size(); ++i) {
-    const at::Tensor& s = sinks[i];
-    if (!s.defined() || s.dim() != 2 || !s.is_contiguous() || s.size(1) != first.size(1) ||
-        !s.storage().is_alias_of(first.storage()) ||
-        (i > 0 && s.storage_offset() != sinks[i - 1].storage_offset() + sinks[i - 1].numel())) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const at::Tensor& p = parts[i];
+    if (!p.is_contiguous() || p.dim() != first.dim() || p.dtype() != first.dtype() ||
+        p.sizes().slice(1) != first.sizes().slice(1) || !p.storage().is_alias_of(first.storage()) ||
+        (i > 0 && p.storage_offset() != parts[i - 1].storage_offset() + parts[i - 1].numel())) {
       return at::Tensor();
     }
-    rows += s.size(0);
+    rows += p.size(0);
   }
-  return first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
+  std::vector<int64_t> sizes = first.sizes().vec();
+  sizes[0] = rows;
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size() - 1; d > 0; --d) strides[d - 1] = strides[d] * sizes[d];
+  return first.as_strided(sizes, strides, first.storage_offset());
+}
+
+// The sinks as one fp32 matrix where every weight has one and they lie back to back
+// (StackedView), else undefined.
+at::Tensor StackedSinks(const std::vector<at::Tensor>& sinks) {
+  if (sinks.empty()) return at::Tensor();
+  for (const at::Tensor& s : sinks) {
+    if (!s.defined()) return at::Tensor();
+  }
+  return StackedView(sinks);
 }
 
 // silu(gate) * up [rows, F] of gu [rows, 2F] contiguous (gate | up), one kernel.
@@ -299,28 +313,13 @@ class SwigluDownFunction : public torch::autograd::Function<SwigluDownFunction> 
   }
 };
 
-// `parts` ([rows_i, ...] each, same trailing sizes) stacked along dim 0: a view over
-// their storage when they lie back to back in it (gate_proj and up_proj in a unit's flat
-// buffer without MLP biases, param_layout.cc), else a copy. Either way the caller keeps
-// it only for one GEMM: autograd saves the parts, which are parameters anyway.
+// `parts` stacked along dim 0: StackedView where they lie back to back, else a copy.
+// Either way the caller keeps it only for one GEMM: autograd saves the parts, which are
+// parameters anyway.
 at::Tensor Stack(at::TensorList parts) {
   if (parts.size() == 1) return parts[0];
-  const at::Tensor& first = parts[0];
-  bool adjacent = true;
-  int64_t rows = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const at::Tensor& p = parts[i];
-    rows += p.size(0);
-    adjacent = adjacent && p.is_contiguous() && p.dim() == first.dim() && p.dtype() == first.dtype() &&
-               p.sizes().slice(1) == first.sizes().slice(1) && p.storage().is_alias_of(first.storage()) &&
-               (i == 0 || p.storage_offset() == parts[i - 1].storage_offset() + parts[i - 1].numel());
-  }
-  if (!adjacent) return at::cat(parts, 0);
-  std::vector<int64_t> sizes = first.sizes().vec();
-  sizes[0] = rows;
-  std::vector<int64_t> strides(sizes.size(), 1);
-  for (size_t d = sizes.size() - 1; d > 0; --d) strides[d - 1] = strides[d] * sizes[d];
-  return first.as_strided(sizes, strides, first.storage_offset());
+  const at::Tensor view = StackedView(parts);
+  return view.defined() ? view : at::cat(parts, 0);
 }
 
 // x [..., in] -> [..., sum out_i]: the linears of one input as one GEMM over the stacked
