@@ -18,22 +18,20 @@
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/transformer.h"
+#include "tests/runtime/model/bf16_test_helpers.h"
 
 namespace slidedp {
 namespace {
 
 constexpr double kTolerance = 2e-2;
 
-void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what;
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  const at::Tensor g = got.to(at::kFloat).cpu(), w = want.to(at::kFloat).cpu();
-  const double scale = std::max(w.abs().max().item<double>(), 1e-6);
-  const double err = (g - w).abs().max().item<double>();
-  EXPECT_LE(err / scale, kTolerance) << what << ": max error " << err << " of max " << scale;
-}
+using model_testing::Devices;
+using model_testing::Leaf;
+using model_testing::Randn;
 
-at::Tensor Leaf(const at::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  model_testing::ExpectClose(got, want, kTolerance, what);
+}
 
 // Hugging Face's RMSNorm as transformer.cc's ATen path computes it.
 at::Tensor AtenRmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
@@ -50,16 +48,6 @@ at::Tensor AtenRope(const at::Tensor& x /*[B,T,H,D]*/, const at::Tensor& cos, co
   const at::Tensor s = (shared ? sin.narrow(0, 0, T) : sin).to(x.scalar_type());
   const at::Tensor rot = at::cat({-xt.narrow(-1, half, half), xt.narrow(-1, 0, half)}, -1);
   return xt * c + rot * s;
-}
-
-std::vector<at::Device> Devices() {
-  std::vector<at::Device> d{at::kCPU};
-  if (at::hasCUDA()) d.emplace_back(at::kCUDA, 0);
-  return d;
-}
-
-at::Tensor Randn(std::vector<int64_t> shape, const at::Device& device, double scale = 1.0) {
-  return (at::randn(shape, at::kFloat) * scale).to(at::kBFloat16).to(device);
 }
 
 TEST(FusedOps, RmsNormMatchesAtenForwardAndGradients) {

@@ -14,11 +14,12 @@
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/transformer.h"
+#include "tests/runtime/model/bf16_test_helpers.h"
 
 namespace slidedp {
 namespace {
 
-at::Tensor Leaf(const at::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+using model_testing::Leaf;
 
 struct Case {
   std::string name;

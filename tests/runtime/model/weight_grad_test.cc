@@ -21,35 +21,20 @@
 #include "runtime/model/param_layout.h"
 #include "runtime/model/tiled_mlp.h"
 #include "runtime/model/transformer.h"
+#include "tests/runtime/model/bf16_test_helpers.h"
 
 namespace slidedp {
 namespace {
 
-void ExpectClose(const at::Tensor& got, const at::Tensor& want, double tolerance, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what;
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  const at::Tensor g = got.to(at::kFloat).cpu(), w = want.to(at::kFloat).cpu();
-  const double scale = std::max(w.abs().max().item<double>(), 1e-6);
-  const double err = (g - w).abs().max().item<double>();
-  EXPECT_LE(err / scale, tolerance) << what << ": max error " << err << " of max " << scale;
-}
+using model_testing::Devices;
+using model_testing::ExpectClose;
+using model_testing::Leaf;
+using model_testing::Randn;
 
 void ExpectEqual(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
   ASSERT_TRUE(got.defined() && want.defined()) << what;
   EXPECT_TRUE(at::equal(got.cpu(), want.cpu())) << what;
 }
-
-std::vector<at::Device> Devices() {
-  std::vector<at::Device> d{at::kCPU};
-  if (at::hasCUDA()) d.emplace_back(at::kCUDA, 0);
-  return d;
-}
-
-at::Tensor Randn(at::IntArrayRef sizes, const at::Device& dev, double scale = 1.0) {
-  return (at::randn(sizes) * scale).to(at::kBFloat16).to(dev);
-}
-
-at::Tensor Leaf(const at::Tensor& t) { return t.detach().clone().requires_grad_(true); }
 
 // The fp32 product of bf16 operands, the sinks' reference: dy^T x.
 at::Tensor Fp32Product(const at::Tensor& dy, const at::Tensor& x) {
