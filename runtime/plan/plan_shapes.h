@@ -72,7 +72,10 @@ struct Rates {
   double embed_s = 0.0;            // per token: embedding forward + its scatter-add backward
   double grad_s_per_param = 0.0;   // per unit and step: zeroing, fp32 accumulation, landing
   double launch_s = 0.0;           // per micro-batch per unit pass: launches, small kernels
-  double adamw_params_per_s = 3.6e9;  // CPU AdamW on the update thread, all its threads
+  // CPU AdamW on the update thread, all its threads: the one-pass fp32 update at 16
+  // threads on the H200 host (adamw_bench, 5150 Mparam/s; the H100 host's engine trace
+  // 5.2e9).
+  double adamw_params_per_s = 5.15e9;
   double host_memory_gbps = 150.0;    // read + write bytes per second
   // AdamW of resident units on their GPU's update stream, parameters per second: a fused
   // kernel moving ~30 bytes a parameter (fp32 master, m, v read and written, the fp32
@@ -86,9 +89,12 @@ struct Rates {
   double cross_host_latency_s = 1e-4;
 };
 
-// Rates without measurements: the H200 host's (../GPU_HOST.md, tests/bench/RESULTS.md)
-// for cuda (the GPU update: 30 bytes a parameter at about 3.6 TB/s of the H200's HBM), with GPU times scaled from the qwen2.5-3b trace by FLOPs per token; rough
-// figures for the CPU device. Calibration replaces them at job start.
+// Rates without measurements: for cuda this engine's on the H200 host and its H100
+// sibling (../GPU_HOST.md, tests/bench/RESULTS.md; the GPU update: 30 bytes a parameter
+// at about 3.6 TB/s of the H200's HBM), GPU times scaled by FLOPs per token from a
+// traced qwen2.5-7b step; rough figures for the CPU device. With policy.auto,
+// calibration replaces them at job start; without it the worker resolves auto kept
+// blocks and resident units (activation_policy.h) with these.
 Rates DefaultRates(const ModelShape& shape, const JobShape& job);
 
 // Forward FLOPs per token of one decoder block at `seq_len` (causal attention).

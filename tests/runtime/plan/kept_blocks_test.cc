@@ -185,12 +185,13 @@ TEST(KeptBlocks, PredictsTheH200GainOfMicroBatchMajorKeeping) {
 // Kept blocks run micro-batch-major: the first micro-batch reaches them soon after the
 // last recomputing block's forward and needs their weights, which with clipping the CPU
 // update of the previous step gives in forward order after the last landing. At 16 x
-// 4096 (default rates) keeping 17 blocks exposes more of that update than keeping none;
-// units resident on the GPU (updated there) take it off the CPU and the gain returns.
+// 4096 (the rates of 2026-12-03, whose CPU update was 30% slower than today's default)
+// keeping 17 blocks exposes more of that update than keeping none; units resident on
+// the GPU (updated there) take it off the CPU and the gain returns.
 TEST(KeptBlocks, MicroBatchMajorKeptBlocksExposeTheUpdateAndResidentUnitsHideIt) {
   const ModelShape s = Qwen3B();
   const JobShape job = Job(16);
-  const Rates r = DefaultRates(s, job);
+  const Rates r = RatesOf20261203(s, job);
   auto predict = [&](int64_t resident, int64_t kept) {
     PlanKnobs k = Knobs(4, 4, kept);
     k.policy.resident_units = resident;

@@ -77,6 +77,24 @@ inline Rates BalancedRates() {
   return r;
 }
 
+// DefaultRates as they were until 2026-12-06 (fitted to the H200 runs of 2026-12-03:
+// the engine before its fused kernels, its recompute without the down projection, its
+// weight sinks and the one-pass CPU update): for the tests that hold the model to that
+// engine's measurements or pin the predictions it gave then.
+inline Rates RatesOf20261203(const ModelShape& shape, const JobShape& job) {
+  Rates r = DefaultRates(shape, job);
+  if (!job.cuda) return r;
+  const double fwd_flops = BlockForwardFlopsPerToken(shape, job.seq_len);
+  const double head_flops = 6.0 * shape.hidden * shape.vocab;
+  const double eff = static_cast<double>(shape.hidden) / static_cast<double>(shape.hidden + 1024);
+  r.forward_s = fwd_flops / (900e12 * eff);
+  r.recompute_s = r.forward_s;
+  r.backward_s = 2.0 * fwd_flops / (620e12 * eff);
+  r.head_s = head_flops / (480e12 * eff);
+  r.adamw_params_per_s = 3.6e9 * 28.0 / job.update_bytes_per_param;
+  return r;
+}
+
 // PlanManager::Start with policy.auto off: the job's knobs, default rates (calibration
 // must not be asked for).
 inline absl::StatusOr<PlanManager> UncalibratedPlan(const ModelConfig& m, const TrainConfig& c) {

@@ -21,7 +21,7 @@ namespace {
 using namespace slidedp::testing;  // plan_test_shapes.h
 
 // The step_bench figures of tests/bench/RESULTS.md (H200 host, 2026-12-03, prefetch 2)
-// against the model with DefaultRates: within 6% each (1.789 s for 1.764, 1.232 for
+// against the model with that engine's rates (RatesOf20261203): within 6% each (1.789 s for 1.764, 1.232 for
 // 1.301 without clipping, 2.504 for 2.459, 4.073 for 4.222, 15.46 for 15.59, 7B 14.56
 // for 15.25).
 TEST(StepModel, MatchesTheH200Results) {
@@ -44,7 +44,7 @@ TEST(StepModel, MatchesTheH200Results) {
     job.clip = run.clip;
     PlanKnobs k = SweepKnobs(run.mbs, run.accum, 2);
     k.policy.loss_chunk_tokens = 4096;  // step_bench's
-    const StepPrediction p = PredictStep(shape, job, k, DefaultRates(shape, job));
+    const StepPrediction p = PredictStep(shape, job, k, RatesOf20261203(shape, job));
     SCOPED_TRACE(::testing::Message() << run.model << " " << run.sequences << " clip " << run.clip);
     std::printf("%s %lld clip %d: measured %.3f predicted %.3f (%+.1f%%) %s; GPU %.1f / %.1f GiB\n", run.model,
                 (long long)run.sequences, run.clip, run.seconds, p.step_seconds, 100 * (p.step_seconds / run.seconds - 1),
@@ -61,7 +61,7 @@ TEST(StepModel, MatchesTheH200Results) {
   JobShape job;
   job.sequences = 16;
   job.seq_len = 4096;
-  const StepPrediction p = PredictStep(q7, job, SweepKnobs(4, 4, 2), DefaultRates(q7, job));
+  const StepPrediction p = PredictStep(q7, job, SweepKnobs(4, 4, 2), RatesOf20261203(q7, job));
   EXPECT_NEAR(p.h2d_bytes / 1e9, 28.28, 0.01);
   EXPECT_NEAR(p.d2h_bytes / 1e9, 15.23, 0.01);
 }
