@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "runtime/engine/clock.h"
 #include "runtime/engine/communicator.h"
+#include "runtime/engine/exception_status.h"
 #include "runtime/engine/nccl_communicator.h"
 #include "runtime/io/stop_token.h"
 #include "runtime/model/param_layout.h"
@@ -182,7 +183,7 @@ absl::StatusOr<double> MeasureCollectiveGbps(Communicator& comm, bool cuda, int6
         Sync(buf);
         seconds[rank] = MonotonicSeconds() - t0;
       } catch (const std::exception& e) {
-        errors[rank] = absl::InternalError(absl::StrCat("rank ", rank, ": ", e.what()));
+        errors[rank] = absl::InternalError(absl::StrCat("rank ", rank, ": ", ExceptionMessage(e)));
         comm.Abort();  // the other ranks must not wait for this one
       }
     });
@@ -240,7 +241,7 @@ absl::StatusOr<Calibration> Calibrate(const ModelConfig& model, const TrainConfi
   } catch (const Stopped&) {
     return CheckStop(stop, "calibration");
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("calibration: ", e.what()));
+    return absl::InternalError(absl::StrCat("calibration: ", ExceptionMessage(e)));
   }
   if (absl::Status s = CheckStop(stop, "calibration"); !s.ok()) return s;
 #if defined(SLIDEDP_WITH_CUDA_TOOLKIT)

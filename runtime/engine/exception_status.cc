@@ -13,9 +13,7 @@
 namespace slidedp {
 namespace {
 
-absl::Status FromMessage(absl::string_view what, std::string message) {
-  message = message.substr(0, message.find('\n'));
-  if (message.size() > 512) message = message.substr(0, 512) + "...";
+absl::Status FromMessage(absl::string_view what, const std::string& message) {
   const bool allocation = absl::StrContains(message, "out of memory") ||
                           absl::StrContains(message, "tried to allocate") ||
                           absl::StrContains(message, "not enough memory");
@@ -25,6 +23,14 @@ absl::Status FromMessage(absl::string_view what, std::string message) {
 
 }  // namespace
 
+std::string ExceptionMessage(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  std::string message = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+  message = message.substr(0, message.find('\n'));
+  if (message.size() > 512) message = message.substr(0, 512) + "...";
+  return message;
+}
+
 absl::Status CurrentExceptionStatus(absl::string_view what) {
   try {
     throw;
@@ -32,10 +38,8 @@ absl::Status CurrentExceptionStatus(absl::string_view what) {
     return absl::Status(e.status().code(), absl::StrCat(what, ": ", e.status().message()));
   } catch (const std::bad_alloc& e) {
     return absl::ResourceExhaustedError(absl::StrCat(what, ": out of host memory (", e.what(), ")"));
-  } catch (const c10::Error& e) {
-    return FromMessage(what, e.what_without_backtrace());
   } catch (const std::exception& e) {
-    return FromMessage(what, e.what());
+    return FromMessage(what, ExceptionMessage(e));
   } catch (...) {
     return absl::InternalError(absl::StrCat(what, ": an unknown exception"));
   }

@@ -37,9 +37,12 @@ inline void ThrowIfError(absl::Status status) {
   if (!status.ok()) throw StatusException(std::move(status));
 }
 
+// The message of `e` as a status should carry it: a LibTorch error's without the C++
+// backtrace its what() appends (kilobytes of frames), its first line, at most 512 bytes.
+std::string ExceptionMessage(const std::exception& e);
+
 // Inside a catch block only: the exception being handled as a status "WHAT: message"
-// (LibTorch's message without its C++ backtrace, its first line, at most 512 bytes); a
-// StatusException keeps its code.
+// (ExceptionMessage); a StatusException keeps its code.
 absl::Status CurrentExceptionStatus(absl::string_view what);
 
 // Runs fn() (which returns absl::Status or absl::StatusOr<T>) and turns an exception

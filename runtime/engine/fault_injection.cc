@@ -1,9 +1,10 @@
 // Fault injection: see fault_injection.h.
 #include "runtime/engine/fault_injection.h"
 
+#include <c10/util/Exception.h>
+
 #include <atomic>
 #include <new>
-#include <stdexcept>
 
 #include "absl/synchronization/mutex.h"
 
@@ -31,7 +32,12 @@ void MaybeInjectOutOfMemory() {
   int left = countdown.load();
   while (left >= 0) {
     if (countdown.compare_exchange_weak(left, left - 1)) {
-      if (left == 0) throw std::runtime_error("CUDA out of memory (injected by a test)");
+      // As LibTorch's CUDA allocator reports it: a c10::OutOfMemoryError, whose what()
+      // carries a C++ backtrace after the message.
+      if (left == 0) {
+        TORCH_CHECK_WITH(OutOfMemoryError, false,
+                         "CUDA out of memory. Tried to allocate 2.00 GiB (injected by a test)");
+      }
       return;
     }
   }

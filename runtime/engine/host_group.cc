@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/communicator.h"
+#include "runtime/engine/exception_status.h"
 #include "runtime/state/host_shards.h"
 
 #ifdef SLIDEDP_WITH_GLOO
@@ -46,8 +47,7 @@ std::chrono::milliseconds Millis(double seconds) {
 
 // A c10d failure as a status: a timeout, or a peer gone.
 absl::Status Failed(const std::string& what, const std::exception& e) {
-  const std::string msg = e.what();
-  const std::string first = msg.substr(0, msg.find('\n'));
+  const std::string first = ExceptionMessage(e);
   if (first.find("imeout") != std::string::npos || first.find("imed out") != std::string::npos) {
     return absl::DeadlineExceededError(absl::StrCat("hosts: ", what, ": ", first));
   }

@@ -3,6 +3,8 @@
 
 #include <exception>
 
+#include "runtime/engine/exception_status.h"
+
 namespace slidedp {
 
 SerialExecutor::SerialExecutor(bool inline_mode) : inline_(inline_mode) {
@@ -22,7 +24,7 @@ absl::Status SerialExecutor::RunOne(const std::function<absl::Status()>& task) {
   try {
     return task();
   } catch (const std::exception& e) {
-    return absl::InternalError(e.what());
+    return absl::InternalError(ExceptionMessage(e));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/exception_status.h"
 #include "runtime/engine/host_group.h"
 #include "runtime/engine/resident_state.h"
 #include "runtime/engine/step_trace.h"
@@ -263,7 +264,7 @@ void UpdatePipeline::Loop() {
         Apply(t);
       } catch (const std::exception& e) {
         failed = absl::InternalError(absl::StrCat("the update of ", UnitName(t.unit, units_), " in step ", t.step + 1,
-                                                  " failed: ", e.what()));
+                                                  " failed: ", ExceptionMessage(e)));
       }
     } else if (!state_->fp32_grad() && !on_gpu) {
       // The streamed copy holds the discarded gradient: restore the weights (this

@@ -30,7 +30,7 @@ ActivationPlan Activations(const TrainConfig& config, const HostState& state, De
 absl::Status FromException(const std::exception& e) {
   // A status thrown on the way (a stop, a failed landing) keeps its code.
   if (const auto* s = dynamic_cast<const StatusException*>(&e)) return s->status();
-  const std::string what = e.what();
+  const std::string what = ExceptionMessage(e);
   // LibTorch reports a CUDA allocation failure as "CUDA out of memory"; the policy can
   // shrink the plan and retry on ResourceExhausted.
   if (absl::StrContains(what, "out of memory")) return absl::ResourceExhaustedError(what);

@@ -3,8 +3,10 @@
 // seam, fails Trainer::Step with that code, on one worker (the landing's status is
 // returned) and on two under gather_host (the next landing finds it and throws it
 // through the step as a StatusException).
+#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -60,6 +62,20 @@ TEST(StatusException, KeepsTheCodeThroughCurrentExceptionStatus) {
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(s.message(), "step 3: asked to stop");
   EXPECT_NO_THROW(ThrowIfError(absl::OkStatus()));
+}
+
+// LibTorch's errors carry a C++ backtrace in what(); a status carries their message only,
+// its first line, at most 512 bytes.
+TEST(ExceptionMessage, DropsLibTorchsBacktraceAndKeepsOneLine) {
+  try {
+    TORCH_CHECK(false, "shapes do not match");
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find('\n'), std::string::npos) << "what() without a backtrace: " << e.what();
+    EXPECT_EQ(ExceptionMessage(e), "shapes do not match");
+  }
+  EXPECT_EQ(ExceptionMessage(std::runtime_error("first\nsecond")), "first");
+  const std::string message = ExceptionMessage(std::runtime_error(std::string(2000, 'x')));
+  EXPECT_EQ(message, std::string(512, 'x') + "...");
 }
 
 }  // namespace

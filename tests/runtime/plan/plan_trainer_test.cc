@@ -181,6 +181,13 @@ TEST(PlanTrainer, OutOfMemoryWithoutAutoFailsTheStep) {
   absl::StatusOr<StepStats> st = (*t)->Step();
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(st.status())) << st.status();
+  // LibTorch's message, without the C++ backtrace its what() carries: a job's error
+  // (GetJob, the daemon's log) is a line, not kilobytes of stack frames.
+  const std::string message(st.status().message());
+  EXPECT_NE(message.find("CUDA out of memory. Tried to allocate 2.00 GiB"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_EQ(message.find("frame #"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 800u) << message;
 }
 
 // Runs `body` on a thread; a body still running after `seconds` is a hang, which fails
