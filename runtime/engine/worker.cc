@@ -225,7 +225,9 @@ WorkerStepResult Worker::Step(int64_t step, const WorkerBatch& batch, double inv
       head_grad = GradBuffer(head);
       emb_grad = GradBuffer(0);
     }
+    const Event head_begin = TraceBegin("head");
     at::Tensor g = HeadBackward(x, in.targets[mb], slots.head, slots.table, inv_tokens, loss_acc, head_grad, emb_grad);
+    TraceEnd("head", head_begin);
     x = at::Tensor();
     if (last) {
       ReleaseHead(step, r);
@@ -434,9 +436,11 @@ void Worker::Release(int64_t step, int item, WorkerStepResult& r) {
   const StepSchedule::Item& it = schedule_.item(item);
   slot_free_[it.slot] = streams_->Record(StreamKind::kCompute);
   streams_->RangeEnd();
-  // A kept block's micro-batches have spans of their own (KeptForward, KeptBackward);
-  // in the forward-only pass it is a forward item.
-  if (it.use != StepSchedule::Use::kKept || pass_ == StepSchedule::Pass::kEval) {
+  // A kept block's micro-batches and the head's have spans of their own (KeptForward,
+  // KeptBackward, "head" in Step): their slots are held across the micro-batches, with
+  // the other units' work in between. In the forward-only pass they are forward items.
+  const bool own_spans = it.use == StepSchedule::Use::kKept || it.use == StepSchedule::Use::kHead;
+  if (!own_spans || pass_ == StepSchedule::Pass::kEval) {
     Span(StreamKind::kCompute, Phase(it.use) + schedule_.unit_name(it.unit), compute_begin_[it.slot],
          slot_free_[it.slot]);
   }
