@@ -5,7 +5,6 @@
 // the CPU, and the MLP tiles of runtime/plan/activation_policy.h.
 #include "runtime/engine/admission.h"
 
-#include <cstdlib>
 
 #include <sys/resource.h>
 
@@ -26,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/engine/routes.h"
+#include "runtime/io/env_switch.h"
 #include "runtime/plan/step_schedule.h"
 #include "runtime/state/moment_codec.h"
 
@@ -298,10 +298,7 @@ absl::Status CheckAdmission(const HostMemoryNeed& need, const HostMemory& host, 
       now ? "available now" : "this host has", from, now ? ", or wait for other work to free memory" : ""));
 }
 
-bool AdmissionOff() {
-  const char* e = std::getenv("SLIDEDP_ADMISSION");
-  return e != nullptr && std::string(e) == "off";
-}
+bool AdmissionOff() { return EnvIs("SLIDEDP_ADMISSION", "off"); }
 
 absl::Status AdmitJob(const TrainConfig& config, const ModelConfig& model, AdmitAgainst against) {
   if (AdmissionOff()) return absl::OkStatus();

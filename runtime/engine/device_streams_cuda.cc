@@ -9,22 +9,19 @@
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/io/env_switch.h"
 
 namespace slidedp {
 namespace {
 
 // SLIDEDP_NVTX=1: the worker's units as NVTX ranges (DeviceStreams::RangeStart).
 bool NvtxOn() {
-  static const bool on = [] {
-    const char* v = std::getenv("SLIDEDP_NVTX");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = EnvIs("SLIDEDP_NVTX", "1");
   return on;
 }
 

@@ -13,11 +13,11 @@
 #endif
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
 
+#include "runtime/io/env_switch.h"
 #include "runtime/model/fused_kernels.h"
 #include "runtime/model/fused_kernels_device.cuh"
 
@@ -36,10 +36,7 @@ int SwigluGrid(int64_t rows, int64_t cols, int64_t ld) {
 
 // Whether the vector forms may run: not with SLIDEDP_FUSED_VECTOR=0 in the environment.
 bool VectorOn() {
-  static const bool on = [] {
-    const char* v = std::getenv("SLIDEDP_FUSED_VECTOR");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = !EnvIs("SLIDEDP_FUSED_VECTOR", "0");
   return on;
 }
 // Every operand 16-byte aligned (null: an absent operand).

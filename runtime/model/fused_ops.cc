@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 
+#include "runtime/io/env_switch.h"
 #include "runtime/model/fused_kernels.h"
 #include "runtime/model/ignore_index.h"
 #include "runtime/model/weight_grad.h"
@@ -129,10 +130,7 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
 // before 2026-12-06, so that attention's output is transposed by a copy before o_proj
 // (the A/B runs of tests/bench/RESULTS.md).
 bool RopeHeadsMajor() {
-  static const bool on = [] {
-    const char* e = std::getenv("SLIDEDP_ROPE_LAYOUT");
-    return e != nullptr && std::string(e) == "heads";
-  }();
+  static const bool on = EnvIs("SLIDEDP_ROPE_LAYOUT", "heads");
   return on;
 }
 
@@ -393,10 +391,7 @@ class LinearsFunction : public torch::autograd::Function<LinearsFunction> {
 };
 
 std::atomic<bool>& FusedSwitch() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("SLIDEDP_FUSED");
-    return e == nullptr || std::string(e) != "0";
-  }()};
+  static std::atomic<bool> on{!EnvIs("SLIDEDP_FUSED", "0")};
   return on;
 }
 

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <cstdlib>
 #include <string>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
 
+#include "runtime/io/env_switch.h"
 #include "runtime/model/fused_ops.h"
 #include "runtime/model/ignore_index.h"
 #include "runtime/model/tiled_mlp.h"
@@ -94,10 +94,7 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // SDPA's own GQA (LibTorch >= 2.5) unless SLIDEDP_SDPA_GQA=0, the switch that
 // tests/bench/RESULTS.md's A/B runs use.
 [[maybe_unused]] bool SdpaGqa() {
-  static const bool on = [] {
-    const char* e = std::getenv("SLIDEDP_SDPA_GQA");
-    return e == nullptr || std::string(e) != "0";
-  }();
+  static const bool on = !EnvIs("SLIDEDP_SDPA_GQA", "0");
   return on;
 }
 
@@ -335,10 +332,7 @@ bool Fused(const BlockParams& p, const at::Tensor& x) {
 // SLIDEDP_RECOMPUTE_WHOLE=1 in the environment: recomputed blocks compute their MLP's
 // output as well (the code before RecomputedBlockBackward skipped it; A/B runs).
 bool RecomputeWhole() {
-  static const bool whole = [] {
-    const char* v = std::getenv("SLIDEDP_RECOMPUTE_WHOLE");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static const bool whole = EnvIs("SLIDEDP_RECOMPUTE_WHOLE", "1");
   return whole;
 }
 

@@ -2,8 +2,7 @@
 // with a CUDA LibTorch only); CPU tensors are computed here in fp32.
 #include "runtime/model/weight_grad.h"
 
-#include <cstdlib>
-#include <string>
+#include "runtime/io/env_switch.h"
 
 namespace slidedp {
 
@@ -30,10 +29,7 @@ bool AddWeightGradient(const at::Tensor& dst, const at::Tensor& dy, const at::Te
 }
 
 bool WeightSinksOn() {
-  static const bool on = [] {
-    const char* e = std::getenv("SLIDEDP_WEIGHT_SINKS");
-    return e == nullptr || std::string(e) != "0";
-  }();
+  static const bool on = !EnvIs("SLIDEDP_WEIGHT_SINKS", "0");
   return on;
 }
 
