@@ -5,7 +5,6 @@
 // the CPU, and the MLP tiles of runtime/plan/activation_policy.h.
 #include "runtime/engine/admission.h"
 
-
 #include <sys/resource.h>
 
 #include <algorithm>

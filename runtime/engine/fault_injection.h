@@ -1,11 +1,12 @@
 // Fault injection: test seams. One makes a worker's step fail the way a GPU
 // out-of-memory does (LibTorch's c10::OutOfMemoryError "CUDA out of memory", its
-// backtrace and all, which the worker reports as RESOURCE_EXHAUSTED), so that the policy's shrink-and-retry path is testable on the
-// CPU device; one makes the host state's allocation throw std::bad_alloc, as an
-// allocation the admission did not foresee would; one makes a gradient landing fail
-// with a given status; and one records the order in which workers fetch, take and
-// release their parameter slots, to check it against the StepSchedule. Process-wide
-// and armed once; any thread (atomic, the record locked).
+// backtrace and all, which the worker reports as RESOURCE_EXHAUSTED), so that the
+// policy's shrink-and-retry path is testable on the CPU device; one makes the host
+// state's allocation throw std::bad_alloc, as an allocation the admission did not
+// foresee would; one makes a gradient landing fail with a given status; and one records
+// the order in which workers fetch, take and release their parameter slots, to check it
+// against the StepSchedule. Process-wide and armed once; any thread (atomic, the record
+// locked).
 #pragma once
 
 #include <cstdint>
