@@ -20,8 +20,10 @@
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/nccl_communicator.h"
 #include "runtime/io/stop_token.h"
+#include "runtime/model/fused_ops.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/transformer.h"
+#include "runtime/model/weight_grad.h"
 #include "runtime/plan/job_knobs.h"
 #include "runtime/state/adamw.h"
 #if defined(SLIDEDP_WITH_CUDA_TOOLKIT)
@@ -99,7 +101,10 @@ void Sync(const at::Tensor& t) { (void)t.sum().item<double>(); }
 
 // A token's seconds: a block's forward without a graph, its forward with a graph and
 // backward (a kept block's two passes), its backward recomputed from the input
-// (RecomputedBlockBackward, a recomputed block's), and the head's forward and backward.
+// (RecomputedBlockBackward, a recomputed block's), and the head's forward and backward,
+// each as the worker runs it: on CUDA the projections' and the LM head's weight
+// gradients into fp32 accumulators (weight_grad.h, unless SLIDEDP_WEIGHT_SINKS=0), the
+// head as the fused linear + cross-entropy where the fused kernels serve (worker_head.cc).
 struct GpuTimes {
   double forward_s = 0.0, kept_s = 0.0, recompute_backward_s = 0.0, head_s = 0.0;
 };
@@ -126,7 +131,10 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
     t.forward_s = BestSeconds(2, stop, [&] { Sync(BlockForward(model, p, x, rope)); }) / tokens;
   }
   std::vector<at::Tensor> leaves;
-  const BlockParams p = ViewBlock(block, flat, &leaves);
+  BlockParams p = ViewBlock(block, flat, &leaves);
+  const bool sinks = device.is_cuda() && WeightSinksOn();
+  const at::Tensor acc = sinks ? at::zeros({block.numel}, opt.dtype(at::kFloat)) : at::Tensor();
+  if (sinks) SinkWeights(block, acc, &p);
   const at::Tensor dy = at::ones_like(x);
   auto backward_s = [&](auto&& backward) {
     return BestSeconds(2, stop, [&] {
@@ -146,13 +154,24 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
   at::Tensor lm = (at::randn({model.vocab_size, model.hidden_size}, opt) * 0.02).requires_grad_(true);
   at::Tensor h = at::randn({1, head_tokens, model.hidden_size}, opt);
   at::Tensor targets = at::randint(model.vocab_size, {1, head_tokens}, at::TensorOptions().device(device).dtype(at::kLong));
+  const bool fused = UseFusedOps(h);
+  const at::Tensor lm_acc = fused ? at::zeros({model.vocab_size, model.hidden_size}, opt.dtype(at::kFloat))
+                                  : at::Tensor();
   t.head_s = BestSeconds(2, stop, [&] {
     at::Tensor hi = h.detach().requires_grad_(true);
-    at::Tensor loss = CrossEntropySum(HeadLogits(model, norm, lm, hi), targets);
-    loss.backward();
+    if (fused) {
+      at::Tensor hn = RmsNorm(hi, norm, model.rms_norm_eps);
+      const LinearCrossEntropy ce =
+          FusedLinearCrossEntropy(hn.detach().reshape({-1, model.hidden_size}), lm.detach(), targets.reshape({-1}),
+                                  1.0 / static_cast<double>(head_tokens), sinks ? lm_acc : at::Tensor());
+      hn.backward(ce.dh.view_as(hn));
+      if (ce.dw.defined()) lm_acc.add_(ce.dw);
+    } else {
+      CrossEntropySum(HeadLogits(model, norm, lm, hi), targets).backward();
+      lm.mutable_grad().reset();
+    }
     Sync(hi.grad());
     norm.mutable_grad().reset();
-    lm.mutable_grad().reset();
   }) / static_cast<double>(head_tokens);
   return t;
 }

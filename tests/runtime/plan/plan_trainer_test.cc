@@ -96,6 +96,26 @@ TEST(PlanTrainer, RatesMeasuredInSeconds) {
   EXPECT_GE(cal->notes.size(), 3u);
 }
 
+// On a GPU, calibration times the worker's own paths (the weight sinks, the fused head):
+// every GPU rate measured, finite and positive, on the cuda device in bf16.
+TEST(PlanTrainer, CalibratesTheWorkersPathsOnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device in this build or machine";
+  TrainConfig c = Tiny();
+  c.device = DeviceKind::kCuda;
+  c.compute_dtype = ComputeDtype::kBf16;
+  absl::StatusOr<Calibration> cal = Calibrate(*PresetConfig("tiny"), c);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  EXPECT_LT(cal->seconds, 60);
+  for (double rate : {cal->rates.forward_s, cal->rates.backward_s, cal->rates.head_s}) {
+    EXPECT_TRUE(std::isfinite(rate));
+    EXPECT_GT(rate, 0.0);
+  }
+  EXPECT_GE(cal->rates.recompute_s, 0.0);
+  bool on_gpu = false;
+  for (const std::string& n : cal->notes) on_gpu |= n.find("cuda:0") != std::string::npos;
+  EXPECT_TRUE(on_gpu) << "no note names the GPU";
+}
+
 TEST(PlanTrainer, CollectiveBandwidthMeasuredAmongTheJobsWorkers) {
   TrainConfig c = Tiny();
   c.workers = 2;
