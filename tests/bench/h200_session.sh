@@ -7,7 +7,7 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) sbruns (SBRUNS="ARGS|ARGS": step_bench runs) memtrace (GPU memory per phase) adamw quality22 moments4
-# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
+# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) goals20 goals21 (the open H200 goals of issues 20 and 21, the worker's own plans) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) mbsweep (issues 20, 21: one batch in micro-batches of 4, 2, 1) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
@@ -375,6 +375,23 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            for d in fp32 int8; do '"$B"'/step_bench --model=qwen2.5-7b --steps=3 --prefetch=2 --micro_batch_size=1 --grad_accum=4 \
              --state_dtype=$d | grep -E "mean of|setup"; done' ;;
     bench7b) TAILN=8 step bench7b 300 $B/step_bench --model=qwen2.5-7b --micro_batch_size=4 --grad_accum=4 --steps=3 --prefetch=2 ;;
+    # The open H200 goals of issues 20 and 21 as the worker plans them by itself (auto
+    # resident units and kept blocks), 7.62B, clipping, prefetch 2, one process a run:
+    # goals20: 32 x 4096 in micro-batches of 4 and of 2 (11.5k tokens/s);
+    # goals21: 16 x 4096 auto and with residency off (11k), 4 x 4096 auto beside plain
+    # PyTorch at 1 x 4096 (1.6x). TARGETS="step_bench" builds enough for both.
+    goals20) TAILN=4 step goals20 ${GOALS_CAP:-260} bash -c '
+           M="--model=qwen2.5-7b --prefetch=2 --steps=3"
+           for a in "$M --micro_batch_size=4 --grad_accum=8" "$M --micro_batch_size=2 --grad_accum=16"; do
+             echo "goals20 ($a): $('"$B"'/step_bench $a 2>&1 | grep "mean of" | tail -1)"
+           done' ;;
+    goals21) TAILN=6 step goals21 ${GOALS_CAP:-330} bash -c '
+           M="--model=qwen2.5-7b --prefetch=2 --steps=3"
+           for a in "$M --micro_batch_size=4 --grad_accum=4" "$M --micro_batch_size=4 --grad_accum=4 --resident_units=0" \
+                    "$M --micro_batch_size=1 --grad_accum=4"; do
+             echo "goals21 ($a): $('"$B"'/step_bench $a 2>&1 | grep "mean of" | tail -1)"
+           done
+           python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-7b --batch 1 --seq 4096 2>&1 | grep RESULT' ;;
     plain) step plain 90 python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 ;;
     fsdp2) step fsdp2 120 python3 tests/bench/torch_baseline.py --mode fsdp2_offload --shape qwen2.5-3b --batch 4 --seq 4096 ;;
     export) step export 90 tests/reference/check_trained_export.sh build-gpu ;;
