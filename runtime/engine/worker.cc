@@ -16,9 +16,13 @@
 namespace slidedp {
 namespace {
 
-// The phase in a unit's trace span and NVTX range: "forward block 3", "backward head".
-std::string Phase(StepSchedule::Use use) {
-  return use == StepSchedule::Use::kForward || use == StepSchedule::Use::kKept ? "forward " : "backward ";
+// The phase in a unit's trace span and NVTX range: "forward block 3", "backward block 3";
+// the head's item is "backward head" in a step and "forward head" in the forward-only pass
+// (an evaluation).
+std::string Phase(StepSchedule::Use use, StepSchedule::Pass pass) {
+  const bool forward = use == StepSchedule::Use::kForward || use == StepSchedule::Use::kKept ||
+                       (use == StepSchedule::Use::kHead && pass == StepSchedule::Pass::kEval);
+  return forward ? "forward " : "backward ";
 }
 
 // Activation placement and MLP tiles for this worker's device (activation_policy.h).
@@ -417,7 +421,7 @@ at::Tensor Worker::Acquire(int64_t step, int item, WorkerStepResult& r) {
   const StepSchedule::Item& it = schedule_.item(item);
   streams_->Wait(StreamKind::kCompute, fetched_[it.slot]);
   if (trace_ != nullptr) compute_begin_[it.slot] = streams_->Record(StreamKind::kCompute);
-  streams_->RangeStart(Phase(it.use) + schedule_.unit_name(it.unit));
+  streams_->RangeStart(Phase(it.use, pass_) + schedule_.unit_name(it.unit));
   // A resident unit's owner reads its resident copy instead of the slot.
   const at::Tensor slot = ResidentParams(rank_, *shared_, it.unit,
                                          slots_[it.slot].narrow(0, 0, state_->layout().units[it.unit].numel),
@@ -441,7 +445,7 @@ void Worker::Release(int64_t step, int item, WorkerStepResult& r) {
   // the other units' work in between. In the forward-only pass they are forward items.
   const bool own_spans = it.use == StepSchedule::Use::kKept || it.use == StepSchedule::Use::kHead;
   if (!own_spans || pass_ == StepSchedule::Pass::kEval) {
-    Span(StreamKind::kCompute, Phase(it.use) + schedule_.unit_name(it.unit), compute_begin_[it.slot],
+    Span(StreamKind::kCompute, Phase(it.use, pass_) + schedule_.unit_name(it.unit), compute_begin_[it.slot],
          slot_free_[it.slot]);
   }
   if (it.prefetch_at == StepSchedule::PrefetchAt::kRelease) Fetch(step, it.prefetch, r);

@@ -37,6 +37,9 @@ def main():
                     key = f"{phase} (kept)" if kept else ("backward (recompute)" if phase == "backward" else phase)
                 # A kept block's span is one micro-batch's.
                 spans[key].append((e["ts"], e["dur"] / 1000.0 / (1 if kept else a.micro_batches)))
+    # The head's spans in a step: one a micro-batch ("head", its loss and backward).
+    spans["head"] = [(e["ts"], e["dur"] / 1000.0) for e in events
+                     if e.get("ph") == "X" and e.get("pid") == 0 and e["name"] == "head"]
     for phase, xs in spans.items():
         xs.sort()
         if not xs:
@@ -47,7 +50,8 @@ def main():
                                and e["name"] == "forward embedding"]))
         keep = xs[len(xs) // per_step:] if per_step > 1 else xs
         ms = [d for _, d in keep]
-        print(f"{a.label} {phase} block per micro-batch: mean {statistics.mean(ms):.3f} ms, "
+        what = "head" if phase == "head" else f"{phase} block"
+        print(f"{a.label} {what} per micro-batch: mean {statistics.mean(ms):.3f} ms, "
               f"median {statistics.median(ms):.3f} ms over {len(ms)} spans")
 
 
