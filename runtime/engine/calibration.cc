@@ -132,7 +132,7 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
   }
   std::vector<at::Tensor> leaves;
   BlockParams p = ViewBlock(block, flat, &leaves);
-  const bool sinks = device.is_cuda() && WeightSinksOn();
+  const bool sinks = WeightSinksOn(device);
   const at::Tensor acc = sinks ? at::zeros({block.numel}, opt.dtype(at::kFloat)) : at::Tensor();
   if (sinks) SinkWeights(block, acc, &p);
   const at::Tensor dy = at::ones_like(x);
@@ -160,12 +160,7 @@ GpuTimes MeasureGpu(const ModelConfig& model, int64_t batch, int64_t seq, int64_
   t.head_s = BestSeconds(2, stop, [&] {
     at::Tensor hi = h.detach().requires_grad_(true);
     if (fused) {
-      at::Tensor hn = RmsNorm(hi, norm, model.rms_norm_eps);
-      const LinearCrossEntropy ce =
-          FusedLinearCrossEntropy(hn.detach().reshape({-1, model.hidden_size}), lm.detach(), targets.reshape({-1}),
-                                  1.0 / static_cast<double>(head_tokens), sinks ? lm_acc : at::Tensor());
-      hn.backward(ce.dh.view_as(hn));
-      if (ce.dw.defined()) lm_acc.add_(ce.dw);
+      FusedHeadBackward(model, norm, lm, hi, targets, 1.0 / static_cast<double>(head_tokens), lm_acc, sinks);
     } else {
       CrossEntropySum(HeadLogits(model, norm, lm, hi), targets).backward();
       lm.mutable_grad().reset();

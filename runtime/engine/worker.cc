@@ -66,7 +66,7 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
       pipeline_(pipeline),
       shared_(shared),
       device_(device),
-      sink_weights_(device.is_cuda() && WeightSinksOn()),
+      sink_weights_(WeightSinksOn(device)),
       param_route_(config.policy.param_route),
       grad_route_(config.policy.grad_route),
       activations_(Activations(config, *state, streams.get())),

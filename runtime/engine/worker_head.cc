@@ -65,19 +65,13 @@ at::Tensor Worker::HeadBackward(const at::Tensor& hidden, const at::Tensor& targ
     const int64_t len = std::min(chunk, T - t);
     at::Tensor xc = hidden.narrow(1, t, len).detach().requires_grad_(true);
     if (fused) {
-      // The final norm through autograd; the LM head and the loss in one pass over
-      // bf16 logits that become their own gradient (fused_ops.h).
-      at::Tensor h = RmsNorm(xc, norm, cfg.rms_norm_eps);
-      // w's gradient straight into the fp32 accumulator where it can (weight_grad.h).
-      at::Tensor lm_acc = lm_grad.narrow(0, lm_spec.offset, lm_spec.numel);
-      const LinearCrossEntropy ce = FusedLinearCrossEntropy(
-          h.detach().reshape({-1, cfg.hidden_size}), lm.detach(), targets.narrow(1, t, len).reshape({-1}),
-          inv_tokens, sink_weights_ ? lm_acc.view(lm.sizes()) : at::Tensor());
-      h.backward(ce.dh.view_as(h));
-      loss_acc.add_(ce.loss.to(at::kDouble));
+      // lm's gradient into its fp32 accumulator (straight there with the sinks).
+      const at::Tensor lm_acc = lm_grad.narrow(0, lm_spec.offset, lm_spec.numel).view(lm.sizes());
+      const at::Tensor loss =
+          FusedHeadBackward(cfg, norm, lm, xc, targets.narrow(1, t, len), inv_tokens, lm_acc, sink_weights_);
+      loss_acc.add_(loss.to(at::kDouble));
       grad.narrow(1, t, len).copy_(xc.grad());
       Accumulate(norm, hu.params[norm_i], head_grad);
-      if (ce.dw.defined()) lm_acc.add_(ce.dw.reshape({-1}));
       continue;
     }
     at::Tensor logits = HeadLogits(cfg, norm, lm, xc);

@@ -370,6 +370,18 @@ at::Tensor HeadLogits(const ModelConfig& c, const at::Tensor& norm_weight, const
   return at::linear(h, lm_head).to(at::kFloat);
 }
 
+at::Tensor FusedHeadBackward(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& lm_head,
+                             const at::Tensor& hidden, const at::Tensor& targets, double scale,
+                             const at::Tensor& lm_acc, bool sink) {
+  at::Tensor h = RmsNorm(hidden, norm_weight, config.rms_norm_eps);
+  const LinearCrossEntropy ce = FusedLinearCrossEntropy(h.detach().reshape({-1, config.hidden_size}),
+                                                        lm_head.detach(), targets.reshape({-1}), scale,
+                                                        sink ? lm_acc : at::Tensor());
+  h.backward(ce.dh.view_as(h));
+  if (ce.dw.defined()) lm_acc.add_(ce.dw);
+  return ce.loss;
+}
+
 at::Tensor CrossEntropySum(const at::Tensor& logits, const at::Tensor& targets) {
   const int64_t V = logits.size(-1);
   return at::cross_entropy_loss(logits.reshape({-1, V}), targets.reshape({-1}), /*weight=*/{},

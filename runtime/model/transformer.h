@@ -111,4 +111,15 @@ at::Tensor HeadLogits(const ModelConfig& config, const at::Tensor& norm_weight,
 // Sum of token cross-entropies over targets != kIgnoreIndex, in fp32.
 at::Tensor CrossEntropySum(const at::Tensor& logits, const at::Tensor& targets);
 
+// The loss head's forward and backward over one chunk on the fused path, as the worker's
+// step runs it (and calibration times it): the final norm through autograd (the leaves
+// `hidden` [B, t, H] and `norm_weight` get their gradients), then the LM head and the
+// loss in one pass over bf16 logits that become their own gradient
+// (FusedLinearCrossEntropy, scaled by `scale`); lm_head's gradient is added to `lm_acc`
+// (fp32, lm_head's shape): straight there with `sink` (weight_grad.h), else from bf16.
+// Returns the loss, an fp32 scalar (scale x the sum over `targets` [B, t]).
+at::Tensor FusedHeadBackward(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& lm_head,
+                             const at::Tensor& hidden, const at::Tensor& targets, double scale,
+                             const at::Tensor& lm_acc, bool sink);
+
 }  // namespace slidedp

@@ -28,9 +28,9 @@ bool AddWeightGradient(const at::Tensor& dst, const at::Tensor& dy, const at::Te
   return true;
 }
 
-bool WeightSinksOn() {
+bool WeightSinksOn(const at::Device& device) {
   static const bool on = !EnvIs("SLIDEDP_WEIGHT_SINKS", "0");
-  return on;
+  return on && device.is_cuda();
 }
 
 }  // namespace slidedp

@@ -19,8 +19,8 @@ namespace slidedp {
 // process has no such GEMM (nothing is added: the caller returns the gradient instead).
 bool AddWeightGradient(const at::Tensor& dst, const at::Tensor& dy, const at::Tensor& x);
 
-// Whether the engine gives the fused block ops sinks: SLIDEDP_WEIGHT_SINKS unset or not
-// "0" (the switch for A/B runs).
-bool WeightSinksOn();
+// Whether the engine gives the fused ops on `device` sinks: a CUDA device, and
+// SLIDEDP_WEIGHT_SINKS unset or not "0" (the switch for A/B runs).
+bool WeightSinksOn(const at::Device& device);
 
 }  // namespace slidedp

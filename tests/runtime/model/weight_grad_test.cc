@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/model/fused_ops.h"
+#include "runtime/model/ignore_index.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/model/tiled_mlp.h"
@@ -229,6 +230,47 @@ TEST(WeightGrad, BlockSinksTakeTheProjectionsGradientsAndChangeNoOtherGradient) 
         }
       }
     }
+  }
+}
+
+// The loss head's fused chunk (FusedHeadBackward, the worker's and calibration's one
+// definition): its loss and gradients against autograd through HeadLogits and
+// CrossEntropySum, and lm_head's gradient in the fp32 accumulator whether it is sunk
+// there or added from bf16 (then within that bf16 rounding of each other); the other
+// gradients do not depend on the sink, bit for bit, and lm_head gets none from autograd.
+TEST(WeightGrad, FusedHeadPutsTheLmHeadsGradientInItsAccumulatorWithOrWithoutASink) {
+  at::manual_seed(8);
+  ModelConfig c = PresetConfig("tiny").value();
+  const int64_t B = 2, T = 24, H = c.hidden_size, V = c.vocab_size;
+  const double scale = 1.0 / (B * T);
+  for (const at::Device& dev : Devices()) {
+    const std::string what = dev.str();
+    const at::Tensor x0 = Randn({B, T, H}, dev), lm0 = Randn({V, H}, dev, 0.3);
+    const at::Tensor norm0 = (1.0 + 0.1 * at::randn({H})).to(at::kBFloat16).to(dev);
+    at::Tensor targets = at::randint(0, V, {B, T}, at::kLong);
+    targets.index_put_({0, at::arange(0, T, 7)}, kIgnoreIndex);
+    targets = targets.to(dev);
+    at::Tensor xa = Leaf(x0), na = Leaf(norm0), la = Leaf(lm0);
+    const at::Tensor loss_a = CrossEntropySum(HeadLogits(c, na, la, xa), targets) * scale;
+    loss_a.backward();
+    std::vector<at::Tensor> dx, dnorm, dlm;
+    for (bool sink : {false, true}) {
+      at::Tensor xf = Leaf(x0), nf = Leaf(norm0), lf = Leaf(lm0);
+      const at::Tensor acc = at::zeros({V, H}, at::TensorOptions().device(dev).dtype(at::kFloat));
+      const at::Tensor loss = FusedHeadBackward(c, nf, lf, xf, targets, scale, acc, sink);
+      const std::string w = what + (sink ? " sunk" : " added");
+      EXPECT_NEAR(loss.item<double>(), loss_a.item<double>(), 1e-3 * std::abs(loss_a.item<double>())) << w;
+      ExpectClose(xf.grad(), xa.grad(), 2e-2, w + " dx");
+      ExpectClose(nf.grad(), na.grad(), 2e-2, w + " dnorm");
+      ExpectClose(acc, la.grad(), 2e-2, w + " dlm");
+      EXPECT_FALSE(lf.grad().defined()) << w;
+      dx.push_back(xf.grad());
+      dnorm.push_back(nf.grad());
+      dlm.push_back(acc);
+    }
+    EXPECT_TRUE(at::equal(dx[0], dx[1])) << what;
+    EXPECT_TRUE(at::equal(dnorm[0], dnorm[1])) << what;
+    ExpectClose(dlm[1], dlm[0], 1e-2, what + " sunk against added");
   }
 }
 
