@@ -7,7 +7,7 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) sbruns (SBRUNS="ARGS|ARGS": step_bench runs) memtrace (GPU memory per phase) adamw quality22 moments4
-# moments7b cap14b fail14b (issue 22's moment dtypes and capacity) goals20 goals21 (the open H200 goals of issues 20 and 21, the worker's own plans) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
+# moments7b cap14b fail14b kernelrate (issue 22's moment dtypes, capacity, kernel rates) goals20 goals21 (the open H200 goals of issues 20 and 21, the worker's own plans) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) mbsweep (issues 20, 21: one batch in micro-batches of 4, 2, 1) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
@@ -356,6 +356,10 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     # Issue 22: the update's rate per optimizer.state_dtype (16 threads), and the 3.09B
     # step at 4 x 4096 with clipping (the update on the critical path) per dtype.
     adamw) TAILN=30 step adamw 150 build-gpu/tests/bench/adamw_bench 256M ;;
+    # Issue 22: the update kernels' rate with memory out of the way (a tile in each core's
+    # caches), at 1, 8 and 16 threads: beside adamw's, whether a dtype is bound by its
+    # instructions or by host memory.
+    kernelrate) TAILN=14 step kernelrate 120 build-gpu/tests/bench/update_kernel_bench 1 8 16 ;;
     # Issue 20: the kernels of one forward and one backward block at 16K tokens (3.09B, 4 x
     # 4096 a micro-batch), each kernel's time from ncu, selected by the worker's NVTX ranges.
     ncublock) TAILN=70 step ncublock ${NCU_CAP:-400} bash -c '
