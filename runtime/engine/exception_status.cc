@@ -27,7 +27,12 @@ std::string ExceptionMessage(const std::exception& e) {
   const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
   std::string message = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
   message = message.substr(0, message.find('\n'));
-  if (message.size() > 512) message = message.substr(0, 512) + "...";
+  if (message.size() > 512) {
+    // Cut before a UTF-8 sequence, never inside one (a status's message is text).
+    size_t cut = 512;
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+    message = message.substr(0, cut) + "...";
+  }
   return message;
 }
 

@@ -38,7 +38,8 @@ inline void ThrowIfError(absl::Status status) {
 }
 
 // The message of `e` as a status should carry it: a LibTorch error's without the C++
-// backtrace its what() appends (kilobytes of frames), its first line, at most 512 bytes.
+// backtrace its what() appends (kilobytes of frames), its first line, at most 512 bytes
+// (cut between UTF-8 sequences, "..." appended).
 std::string ExceptionMessage(const std::exception& e);
 
 // Inside a catch block only: the exception being handled as a status "WHAT: message"

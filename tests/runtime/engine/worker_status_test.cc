@@ -76,6 +76,12 @@ TEST(ExceptionMessage, DropsLibTorchsBacktraceAndKeepsOneLine) {
   EXPECT_EQ(ExceptionMessage(std::runtime_error("first\nsecond")), "first");
   const std::string message = ExceptionMessage(std::runtime_error(std::string(2000, 'x')));
   EXPECT_EQ(message, std::string(512, 'x') + "...");
+  // A two-byte sequence (U+00E9) across byte 512 is left out whole, not cut in half.
+  std::string accented = std::string(511, 'x');
+  for (int i = 0; i < 100; ++i) accented += "\xc3\xa9";
+  EXPECT_EQ(ExceptionMessage(std::runtime_error(accented)), std::string(511, 'x') + "...");
+  std::string aligned = std::string(510, 'x') + "\xc3\xa9" + std::string(100, 'y');
+  EXPECT_EQ(ExceptionMessage(std::runtime_error(aligned)), std::string(510, 'x') + "\xc3\xa9...");
 }
 
 }  // namespace
