@@ -214,7 +214,7 @@ bool IsaSupported(Isa isa) {
       return true;  // emulated: any CPU runs them
 #elif defined(SLIDEDP_X86_KERNELS)
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f");
 #else

@@ -24,7 +24,6 @@ using moment_codes::InvSqrtScale;
 using moment_codes::kExpOffset;
 using moment_codes::kMBits;
 using moment_codes::kSmallestNormal;
-using moment_codes::kSubnormalUnit;
 using moment_codes::kVBits;
 using moment_codes::Larger;
 
@@ -172,33 +171,23 @@ SLIDEDP_AVX512 inline __m512i EncodeUnitFloat512(__m512 x, __m512i bits) {
   return _mm512_mask_sub_epi32(c, small, c, _mm512_set1_epi32(1 << K));
 }
 
-// DecodeUnitFloat lane by lane: both code kinds computed and the lane's kind picked,
-// without a branch (subnormal codes are common in a block of moments).
-template <int K>
-SLIDEDP_AVX512 inline __m512 DecodeUnitFloat512(__m512i c) {
-  const __mmask16 small = _mm512_cmp_epi32_mask(c, _mm512_set1_epi32(1 << K), _MM_CMPINT_LT);
-  const __m512 fs = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(kAll16, c), _mm512_set1_ps(kSubnormalUnit<K>));
-  const __m512 fn = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
-      kAll16, _mm512_add_epi32(c, _mm512_set1_epi32(static_cast<int>(kExpOffset << K))), 23 - K));
-  return _mm512_mask_mov_ps(fn, small, fs);
+// DecodeSigned8 and DecodeUnsigned8 of 16 codes. The maps' unit floats are IEEE
+// half-precision numbers: a code with K mantissa bits shifted left by 10 - K is the bits
+// of the fp16 of its value (the maps' exponent field is fp16's, bias 15, and their
+// subnormal codes, c * 2^-(14+K), are fp16's subnormals, (c << (10 - K)) * 2^-24), which
+// vcvtph2ps widens exactly, subnormal halves to normal floats, whatever the thread's
+// MXCSR says. m's sign goes in the half's sign bit; the scale's product then carries it
+// as DecodeSigned8's negation does.
+SLIDEDP_AVX512 inline __m512 DecodeSigned512(const int8_t* q, __m512 scale) {
+  const __m256i c = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m256i half = _mm256_or_si256(_mm256_slli_epi16(_mm256_abs_epi16(c), 10 - kMBits),
+                                       _mm256_and_si256(c, _mm256_set1_epi16(static_cast<int16_t>(0x8000))));
+  return _mm512_mul_ps(_mm512_maskz_cvtph_ps(kAll16, half), scale);
 }
-
-// DecodeSigned8 of sign-extended codes (the sign put on the magnitude's value), and
-// DecodeUnsigned8 of zero-extended ones, lane by lane.
-SLIDEDP_AVX512 inline __m512 DecodeSigned512(__m512i c, __m512 scale) {
-  const __m512 mag = DecodeUnitFloat512<kMBits>(_mm512_maskz_abs_epi32(kAll16, c));
-  const __m512i sign = _mm512_and_si512(c, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
-  return _mm512_mul_ps(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign)), scale);
-}
-SLIDEDP_AVX512 inline __m512 DecodeUnsigned512(__m512i c, __m512 scale) {
-  const __m512 r = DecodeUnitFloat512<kVBits>(c);
+SLIDEDP_AVX512 inline __m512 DecodeUnsigned512(const uint8_t* q, __m512 scale) {
+  const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m512 r = _mm512_maskz_cvtph_ps(kAll16, _mm256_slli_epi16(c, 10 - kVBits));
   return _mm512_mul_ps(_mm512_mul_ps(r, r), scale);
-}
-SLIDEDP_AVX512 inline __m512i SignedCodes16(const int8_t* q) {
-  return _mm512_maskz_cvtepi8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-}
-SLIDEDP_AVX512 inline __m512i UnsignedCodes16(const uint8_t* q) {
-  return _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
 }
 
 SLIDEDP_AVX512 void DecodeInt8Avx512(const MomentView& mv, int64_t n, float* m, float* v) {
@@ -206,8 +195,8 @@ SLIDEDP_AVX512 void DecodeInt8Avx512(const MomentView& mv, int64_t n, float* m, 
   const auto* qv = static_cast<const uint8_t*>(mv.v);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {  // 16 divides the block: one scale per vector
-    _mm512_storeu_ps(m + i, DecodeSigned512(SignedCodes16(qm + i), _mm512_set1_ps(mv.m_scale[i / kMomentBlock])));
-    _mm512_storeu_ps(v + i, DecodeUnsigned512(UnsignedCodes16(qv + i), _mm512_set1_ps(mv.v_scale[i / kMomentBlock])));
+    _mm512_storeu_ps(m + i, DecodeSigned512(qm + i, _mm512_set1_ps(mv.m_scale[i / kMomentBlock])));
+    _mm512_storeu_ps(v + i, DecodeUnsigned512(qv + i, _mm512_set1_ps(mv.v_scale[i / kMomentBlock])));
   }
   for (; i < n; ++i) {  // the remainder, element by element with the scalar functions
     m[i] = DecodeSigned8(qm[i], mv.m_scale[i / kMomentBlock]);
@@ -253,7 +242,7 @@ SLIDEDP_AVX512 void UpdatePartAvx512(const Coeffs& c, int64_t n, float* p, const
   __m512 mmax = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m512 mi = DecodeSigned512(SignedCodes16(qm + i), vsm), vi = DecodeUnsigned512(UnsignedCodes16(qv + i), vsv);
+    __m512 mi = DecodeSigned512(qm + i, vsm), vi = DecodeUnsigned512(qv + i, vsv);
     __m512 root;
     const __m512 g = grad != nullptr ? _mm512_loadu_ps(grad + i) : WidenBf16x16(gp + i);
     const __m512 pi = Step512(k, g, _mm512_loadu_ps(p + i), mi, vi, root);
@@ -320,34 +309,37 @@ SLIDEDP_AVX2 inline __m256i EncodeUnitFloat256(__m256 x, __m256i bits) {
                           _mm256_slli_epi32(_mm256_castps_si256(small), K));
 }
 
-template <int K>
-SLIDEDP_AVX2 inline __m256 DecodeUnitFloat256(__m256i c) {
-  const __m256 small = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(1 << K), c));
-  const __m256 fs = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_set1_ps(kSubnormalUnit<K>));
-  const __m256 fn = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(c, _mm256_set1_epi32(static_cast<int>(kExpOffset << K))), 23 - K));
-  return _mm256_blendv_ps(fn, fs, small);
+// DecodeSigned8 and DecodeUnsigned8 of 16 codes through their fp16 bits, as
+// DecodeSigned512 does (F16C's vcvtph2ps widens 8 halves): elements 0-7 into lo, 8-15
+// into hi.
+SLIDEDP_AVX2 inline void DecodeSigned256(__m128i q, __m256 scale, __m256& lo, __m256& hi) {
+  const __m256i c = _mm256_cvtepi8_epi16(q);
+  const __m256i half = _mm256_or_si256(_mm256_slli_epi16(_mm256_abs_epi16(c), 10 - kMBits),
+                                       _mm256_and_si256(c, _mm256_set1_epi16(static_cast<int16_t>(0x8000))));
+  lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), scale);
+  hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), scale);
 }
-
-SLIDEDP_AVX2 inline __m256 DecodeSigned256(__m256i c, __m256 scale) {
-  const __m256 mag = DecodeUnitFloat256<kMBits>(_mm256_abs_epi32(c));
-  const __m256i sign = _mm256_and_si256(c, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
-  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign)), scale);
-}
-SLIDEDP_AVX2 inline __m256 DecodeUnsigned256(__m256i c, __m256 scale) {
-  const __m256 r = DecodeUnitFloat256<kVBits>(c);
-  return _mm256_mul_ps(_mm256_mul_ps(r, r), scale);
+SLIDEDP_AVX2 inline void DecodeUnsigned256(__m128i q, __m256 scale, __m256& lo, __m256& hi) {
+  const __m256i half = _mm256_slli_epi16(_mm256_cvtepu8_epi16(q), 10 - kVBits);
+  const __m256 r0 = _mm256_cvtph_ps(_mm256_castsi256_si128(half)), r1 = _mm256_cvtph_ps(_mm256_extracti128_si256(half, 1));
+  lo = _mm256_mul_ps(_mm256_mul_ps(r0, r0), scale);
+  hi = _mm256_mul_ps(_mm256_mul_ps(r1, r1), scale);
 }
 
 SLIDEDP_AVX2 void DecodeInt8Avx2(const MomentView& mv, int64_t n, float* m, float* v) {
   int64_t i = 0;
   const auto* qm = static_cast<const int8_t*>(mv.m);
   const auto* qv = static_cast<const uint8_t*>(mv.v);
-  for (; i + 8 <= n; i += 8) {
-    const __m256i cm = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qm + i)));
-    const __m256i cv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qv + i)));
-    _mm256_storeu_ps(m + i, DecodeSigned256(cm, _mm256_set1_ps(mv.m_scale[i / kMomentBlock])));
-    _mm256_storeu_ps(v + i, DecodeUnsigned256(cv, _mm256_set1_ps(mv.v_scale[i / kMomentBlock])));
+  for (; i + 16 <= n; i += 16) {  // 16 divides the block: one scale per 16 codes
+    __m256 lo, hi;
+    DecodeSigned256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qm + i)),
+                    _mm256_set1_ps(mv.m_scale[i / kMomentBlock]), lo, hi);
+    _mm256_storeu_ps(m + i, lo);
+    _mm256_storeu_ps(m + i + 8, hi);
+    DecodeUnsigned256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + i)),
+                      _mm256_set1_ps(mv.v_scale[i / kMomentBlock]), lo, hi);
+    _mm256_storeu_ps(v + i, lo);
+    _mm256_storeu_ps(v + i + 8, hi);
   }
   for (; i < n; ++i) {
     m[i] = DecodeSigned8(qm[i], mv.m_scale[i / kMomentBlock]);
@@ -423,10 +415,9 @@ SLIDEDP_AVX2 void UpdatePartAvx2(const Coeffs& c, int64_t n, float* p, const flo
   for (; i + 16 <= n; i += 16) {
     const __m128i bm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qm + i));
     const __m128i bv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + i));
-    __m256 m0 = DecodeSigned256(_mm256_cvtepi8_epi32(bm), vsm);
-    __m256 m1 = DecodeSigned256(_mm256_cvtepi8_epi32(_mm_srli_si128(bm, 8)), vsm);
-    __m256 v0 = DecodeUnsigned256(_mm256_cvtepu8_epi32(bv), vsv);
-    __m256 v1 = DecodeUnsigned256(_mm256_cvtepu8_epi32(_mm_srli_si128(bv, 8)), vsv);
+    __m256 m0, m1, v0, v1;
+    DecodeSigned256(bm, vsm, m0, m1);
+    DecodeUnsigned256(bv, vsv, v0, v1);
     const __m256 g0 = grad != nullptr ? _mm256_loadu_ps(grad + i) : WidenBf16x8(gp + i);
     const __m256 g1 = grad != nullptr ? _mm256_loadu_ps(grad + i + 8) : WidenBf16x8(gp + i + 8);
     __m256 r0, r1;

@@ -138,8 +138,8 @@ SLIDEDP_HD inline int8_t EncodeSigned8(float x, float inv_absmax, uint32_t bits)
   return static_cast<int8_t>(x < 0.0f ? -c : c);
 }
 SLIDEDP_HD inline float DecodeSigned8(int8_t q, float absmax) {
-  const float val = Mul(DecodeUnitFloat<kMBits>(static_cast<uint32_t>(q < 0 ? -q : q)), absmax);
-  return q < 0 ? -val : val;
+  const float mag = DecodeUnitFloat<kMBits>(static_cast<uint32_t>(q < 0 ? -q : q));
+  return Mul(q < 0 ? -mag : mag, absmax);  // the sign first: a NaN scale's product is that NaN
 }
 SLIDEDP_HD inline uint8_t EncodeUnsigned8(float sqrt_v, float inv_sqrt_absmax, uint32_t bits) {
   const float r = Mul(sqrt_v, inv_sqrt_absmax);

@@ -39,6 +39,20 @@ inline VOut Lanes(uint32_t mask, VIn v, F f) {
   return r;
 }
 
+// An IEEE half's bits as the float of the same value (every half is one exactly).
+inline float HalfBitsToFloat(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  float x;
+  if (exponent == 0) {
+    x = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    x = mantissa == 0 ? INFINITY : NAN;
+  } else {
+    x = std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);
+  }
+  return (h & 0x8000) ? -x : x;
+}
+
 inline int32_t TruncToInt32(float x) {
   return (x >= -2147483648.0f && x < 2147483648.0f) ? static_cast<int32_t>(x) : INT32_MIN;
 }
@@ -62,6 +76,12 @@ inline __m256i _mm512_maskz_cvtepi32_epi16(__mmask16 k, __m512i a) {
 }
 inline __m128i _mm512_maskz_cvtepi32_epi8(__mmask16 k, __m512i a) {
   return SLIDEDP_EMU_LANES(uint8_t, uint32_t, 16, __m128i, k, a, x & 0xffu);
+}
+inline __m512 _mm512_maskz_cvtph_ps(__mmask16 k, __m256i a) {
+  return SLIDEDP_EMU_LANES(float, uint16_t, 16, __m512, k, a, slidedp_simd_emulated::HalfBitsToFloat(x));
+}
+inline __m256 _mm256_cvtph_ps(__m128i a) {
+  return SLIDEDP_EMU_LANES(float, uint16_t, 8, __m256, 0xffu, a, slidedp_simd_emulated::HalfBitsToFloat(x));
 }
 inline __m512 _mm512_maskz_cvtepi32_ps(__mmask16 k, __m512i a) {
   return SLIDEDP_EMU_LANES(float, int32_t, 16, __m512, k, a, x);

@@ -22,7 +22,7 @@
 #elif defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SLIDEDP_X86_KERNELS 1
-#define SLIDEDP_AVX2 __attribute__((target("avx2,fma")))
+#define SLIDEDP_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define SLIDEDP_AVX512 __attribute__((target("avx512f")))
 #endif
 

@@ -5,8 +5,9 @@
 // rate here at T threads near adamw_bench's at T) or by memory (far above). Kernels: the
 // one-pass update with 8-bit moments (AdamWInt8Tile) and its encode alone, the one-pass
 // updates with fp32 and bf16 moments; the gradient as the engine's bf16 streamed copy.
-// Usage: update_kernel_bench [--elements=N] [--reps=R] [THREADS...]   (default 32768,
-// 2000, threads 1 and every core)
+// Usage: update_kernel_bench [--elements=N] [--reps=R] [--kernel=WORD] [THREADS...]
+// (default 32768, 2000, every kernel, threads 1 and every core; --kernel runs those whose
+// name holds WORD, e.g. int8)
 // Threads: main, and THREADS std::threads a measurement, each on its own tile.
 #include <atomic>
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -89,15 +91,18 @@ int Main(int argc, char** argv) {
   int64_t n = 32768;
   int reps = 2000;
   std::vector<int> threads;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--elements=", 11) == 0) {
       n = std::atoll(argv[i] + 11);
     } else if (std::strncmp(argv[i], "--reps=", 7) == 0) {
       reps = std::atoi(argv[i] + 7);
+    } else if (std::strncmp(argv[i], "--kernel=", 9) == 0) {
+      only = argv[i] + 9;
     } else if (argv[i][0] != '-' && std::atoi(argv[i]) > 0) {
       threads.push_back(std::atoi(argv[i]));
     } else {
-      std::fprintf(stderr, "usage: update_kernel_bench [--elements=N] [--reps=R] [THREADS...]\n");
+      std::fprintf(stderr, "usage: update_kernel_bench [--elements=N] [--reps=R] [--kernel=WORD] [THREADS...]\n");
       return 2;
     }
   }
@@ -124,6 +129,7 @@ int Main(int argc, char** argv) {
       EncodeMoments(isa, tiles.back()->Int8(), n, tiles.back()->m32.data(), tiles.back()->v32.data(), seed);
     }
     for (int k = 0; k < kKernels; ++k) {
+      if (std::string(kNames[k]).find(only) == std::string::npos) continue;
       std::atomic<int> ready{0};
       std::vector<double> seconds(nt);
       std::vector<std::thread> pool;

@@ -93,6 +93,37 @@ TEST(MomentCodec, ZeroBlocksAndNonFiniteValuesEncodeAsZero) {
 }
 
 
+// Every byte decodes to the scalar kernel's value with every kernel, under scales that
+// are ordinary, subnormal, infinite, zero and NaN: the vector kernels widen the codes
+// through fp16 bits (int8_moments.cc), which must give DecodeUnitFloat's values, the
+// subnormal codes, those never written (-128, v above 1) and their signs included.
+TEST(MomentCodec, EveryCodeDecodesAsTheScalarKernelDoes) {
+  const float scales[] = {1.0f, 3.7e-5f, 1e-40f, std::numeric_limits<float>::infinity(), 0.0f,
+                          std::numeric_limits<float>::quiet_NaN(), 6.5e4f};
+  const int64_t blocks = sizeof(scales) / sizeof(scales[0]), n = blocks * kMomentBlock;
+  Stored codes(MomentDtype::kInt8, n);
+  for (int64_t i = 0; i < n; ++i) {
+    codes.m[i] = static_cast<uint8_t>(i % 256);
+    codes.v[i] = static_cast<uint8_t>((i * 7 + 3) % 256);
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    codes.ms[b] = scales[b];
+    codes.vs[b] = scales[(b + 2) % blocks];
+  }
+  std::vector<float> want_m(n), want_v(n);
+  adamw_internal::DecodeMoments(Isa::kScalar, codes.view(), n, want_m.data(), want_v.data());
+  EXPECT_EQ(want_m[8], std::ldexp(1.0f, -14));  // code 8: the smallest normal one
+  EXPECT_EQ(want_m[7], 7.0f * std::ldexp(1.0f, -17));
+  EXPECT_EQ(want_m[255], -want_m[1]);          // byte 0xFF: code -1
+  for (Isa isa : EveryIsa()) {
+    SCOPED_TRACE(adamw_internal::IsaName(isa));
+    std::vector<float> m(n), v(n);
+    adamw_internal::DecodeMoments(isa, codes.view(), n, m.data(), v.data());
+    EXPECT_EQ(std::memcmp(m.data(), want_m.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(v.data(), want_v.data(), n * 4), 0);
+  }
+}
+
 // The one-pass update of 8-bit moments (every kernel, both gradient kinds) gives the
 // bits of the decode, the update (span by span, each with its weight decay), the encode
 // with the update's roots and the copy's narrowing done one after the other with the
