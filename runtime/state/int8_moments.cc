@@ -158,11 +158,14 @@ SLIDEDP_AVX512 inline __m512i RoundingBits512(uint32_t key, int64_t index0) {
   return Mix512(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)), lanes));
 }
 
-// EncodeUnitFloat lane by lane (max_ps keeps its second operand, 0, for a NaN lane).
-template <int K>
+// EncodeUnitFloat lane by lane. kFromZero: x is clamped below at 0 first, a NaN lane to
+// 0 (max_ps keeps its second operand); without it the caller zeroes the lanes that are
+// not above 0 (NaN included, which min_ps takes to 1).
+template <int K, bool kFromZero>
 SLIDEDP_AVX512 inline __m512i EncodeUnitFloat512(__m512 x, __m512i bits) {
   constexpr int s = 23 - K;
-  x = _mm512_maskz_min_ps(kAll16, _mm512_maskz_max_ps(kAll16, x, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
+  if (kFromZero) x = _mm512_maskz_max_ps(kAll16, x, _mm512_setzero_ps());
+  x = _mm512_maskz_min_ps(kAll16, x, _mm512_set1_ps(1.0f));
   const __mmask16 small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kSmallestNormal), _CMP_LT_OQ);
   const __m512 y = _mm512_mask_add_ps(x, small, x, _mm512_set1_ps(kSmallestNormal));
   const __m512i r = _mm512_maskz_srli_epi32(
@@ -217,14 +220,14 @@ SLIDEDP_AVX512 void EncodeBlockAvx512(const MomentView& blk, int64_t len, const 
   for (; i + 16 <= len; i += 16) {
     const __m512 xm = _mm512_loadu_ps(m + i);
     const __m512i bits = RoundingBits512(key, index0 + i);
-    __m512i cm = EncodeUnitFloat512<kMBits>(_mm512_mul_ps(Abs512(xm), vim), bits);
+    __m512i cm = EncodeUnitFloat512<kMBits, true>(_mm512_mul_ps(Abs512(xm), vim), bits);
     const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
     cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
     const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(sqrt_v + i), viv);
     const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
-    const __m512i cv = _mm512_mask_max_epi32(
-        _mm512_setzero_si512(), pos, EncodeUnitFloat512<kVBits>(r, _mm512_maskz_rol_epi32(kAll16, bits, 16)), one);
+    const __m512i code_v = EncodeUnitFloat512<kVBits, false>(r, _mm512_maskz_rol_epi32(kAll16, bits, 16));
+    const __m512i cv = _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, code_v, one);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, cv));
   }
   for (; i < len; ++i) {
@@ -297,10 +300,12 @@ SLIDEDP_AVX2 inline __m256i RoundingBits256(uint32_t key, int64_t index0) {
 }
 SLIDEDP_AVX2 inline __m256i Rotate16x8(__m256i x) { return _mm256_or_si256(_mm256_slli_epi32(x, 16), _mm256_srli_epi32(x, 16)); }
 
-template <int K>
+// As EncodeUnitFloat512, kFromZero the same.
+template <int K, bool kFromZero>
 SLIDEDP_AVX2 inline __m256i EncodeUnitFloat256(__m256 x, __m256i bits) {
   constexpr int s = 23 - K;
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_setzero_ps()), _mm256_set1_ps(1.0f));  // NaN: 0
+  if (kFromZero) x = _mm256_max_ps(x, _mm256_setzero_ps());  // NaN: 0
+  x = _mm256_min_ps(x, _mm256_set1_ps(1.0f));
   const __m256 small = _mm256_cmp_ps(x, _mm256_set1_ps(kSmallestNormal), _CMP_LT_OQ);
   const __m256 y = _mm256_add_ps(x, _mm256_and_ps(small, _mm256_set1_ps(kSmallestNormal)));
   const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(y), _mm256_srli_epi32(bits, 32 - s)), s);
@@ -368,12 +373,12 @@ SLIDEDP_AVX2 inline Codes8 EncodeInt8x8(const float* m, const float* sqrt_v, int
                                         uint32_t key, int64_t index0) {
   const __m256 xm = _mm256_loadu_ps(m + i);
   const __m256i bits = RoundingBits256(key, index0 + i);
-  const __m256i c = _mm256_sign_epi32(EncodeUnitFloat256<kMBits>(_mm256_mul_ps(Abs256(xm), vim), bits),
-                                      _mm256_castps_si256(xm));
+  const __m256i code_m = EncodeUnitFloat256<kMBits, true>(_mm256_mul_ps(Abs256(xm), vim), bits);
+  const __m256i c = _mm256_sign_epi32(code_m, _mm256_castps_si256(xm));
   const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(sqrt_v + i), viv);
   const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
-  const __m256i cv = _mm256_and_si256(
-      _mm256_max_epi32(EncodeUnitFloat256<kVBits>(r, Rotate16x8(bits)), _mm256_set1_epi32(1)), pos);
+  const __m256i code_v = EncodeUnitFloat256<kVBits, false>(r, Rotate16x8(bits));
+  const __m256i cv = _mm256_and_si256(_mm256_max_epi32(code_v, _mm256_set1_epi32(1)), pos);
   return {c, cv};
 }
 
