@@ -3,8 +3,9 @@
 // update of a block (decode, AdamW, the new scales' maxima), and of the decode, behind
 // one table per instruction set. The vector bodies are compiled for their instruction
 // set with target attributes and only called after IsaSupported() (adamw_kernels.h);
-// each does the scalar function's operations lane by lane, and remainders go through
-// the scalar functions themselves.
+// each gives the scalar function's bits lane by lane (the same operations, except the
+// decode, which widens the codes as IEEE halves: DecodeSigned512), and remainders go
+// through the scalar functions themselves.
 // Threads: pure functions of their arguments; any thread (the update's workers).
 #include "runtime/state/int8_moments.h"
 
