@@ -69,13 +69,14 @@ struct Tile {
 enum Kernel { kInt8Tile, kInt8Encode, kFp32OnePass, kBf16OnePass, kKernels };
 const char* const kNames[kKernels] = {"int8 one-pass", "int8 encode only", "fp32 one-pass", "bf16 one-pass"};
 
-void Run(Kernel k, Isa isa, const Coeffs& c, Tile& t, int64_t n, const RoundingSeed& seed) {
+// One update of tile `t` with kernel `k`; the int8 one takes its one decay span and its
+// coefficients as vectors (`spans`, `coeffs`: [0, n) with c), made once by the caller.
+void Run(Kernel k, Isa isa, const Coeffs& c, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs,
+         Tile& t, int64_t n, const RoundingSeed& seed) {
   switch (k) {
-    case kInt8Tile: {
-      const std::vector<DecaySpan> s{{0, n, 0.1f}};
-      AdamWInt8Tile(isa, s, {c}, 0, n, t.p.data(), nullptr, t.gp.data(), t.Int8(), seed);
+    case kInt8Tile:
+      AdamWInt8Tile(isa, spans, coeffs, 0, n, t.p.data(), nullptr, t.gp.data(), t.Int8(), seed);
       break;
-    }
     case kInt8Encode:
       EncodeMoments(isa, t.Int8(), n, t.m32.data(), t.v32.data(), seed, t.sqrt_v.data());
       break;
@@ -118,6 +119,8 @@ int Main(int argc, char** argv) {
   h.weight_decay = 0.1f;
   h.step = 3;
   const Coeffs c = adamw_internal::MakeCoeffs(h);
+  const std::vector<DecaySpan> spans{{0, n, h.weight_decay}};
+  const std::vector<Coeffs> coeffs{c};
   const RoundingSeed seed{0, 3};
   std::printf("kernel %s, %lld elements a thread (%.2f MB of int8 state), %d updates; Mparam/s\n",
               adamw_internal::IsaName(isa), static_cast<long long>(n), 16.0 * n / 1e6, reps);
@@ -141,7 +144,7 @@ int Main(int argc, char** argv) {
           }
           const double t0 = Now();
           for (int r = 0; r < reps; ++r) {
-            Run(static_cast<Kernel>(k), isa, c, tile, n, seed);
+            Run(static_cast<Kernel>(k), isa, c, spans, coeffs, tile, n, seed);
             if (r % 64 == 63) tile.gp = tile.grad0;
           }
           seconds[t] = Now() - t0;
