@@ -128,13 +128,15 @@ TEST(MomentCodec, EveryCodeDecodesAsTheScalarKernelDoes) {
 // bits of the decode, the update (span by span, each with its weight decay), the encode
 // with the update's roots and the copy's narrowing done one after the other with the
 // scalar kernels: spans that change mid-block and mid-vector, lengths that end mid-block,
-// NaN and infinite gradients, a block of zero moments and one of subnormal moments.
+// NaN and infinite gradients, a block of zero moments and one of subnormal moments, and
+// runs of whole blocks within one span (updated while the block before is encoded).
 TEST(MomentCodec, OnePassInt8UpdateEqualsDecodeUpdateEncode) {
   AdamWHyper h;
   h.lr = 1e-2f;
   h.grad_scale = 0.5f;
   h.step = 4;
-  for (int64_t n : std::vector<int64_t>{1, 7, 17, 255, 256, 257, 700, 3 * kMomentBlock + 33}) {
+  for (int64_t n :
+       std::vector<int64_t>{1, 7, 17, 255, 256, 257, 700, 3 * kMomentBlock + 33, 9 * kMomentBlock, 9 * kMomentBlock + 5}) {
     const int64_t cut1 = n / 3, cut2 = std::min(n, n / 3 + 5);  // spans within the unit, some empty
     const std::vector<DecaySpan> spans = {{0, cut1, 0.1f}, {cut1, cut2, 0.0f}, {cut2, n, 0.05f}};
     std::vector<adamw_internal::Coeffs> coeffs;
