@@ -232,20 +232,46 @@ SLIDEDP_AVX512 void DecodeInt8Avx512(const MomentView& mv, int64_t n, float* m, 
   }
 }
 
-// EncodeBlock's 16 elements from i: the codes of m and sqrt(v) (scaled by vim, viv).
-SLIDEDP_AVX512 inline void EncodeVector512(int64_t i, const float* m, const float* sqrt_v, __m512 vim, __m512 viv,
-                                           uint32_t key, int64_t index0, int8_t* qm, uint8_t* qv) {
+// EncodeBlock's 16 elements from i: the codes of m and sqrt(v) (scaled by vim, viv), an
+// int32 lane each (m's in [-127, 127], v's in [0, 255]).
+struct Codes16 {
+  __m512i m, v;
+};
+SLIDEDP_AVX512 inline Codes16 EncodeVector512(int64_t i, const float* m, const float* sqrt_v, __m512 vim, __m512 viv,
+                                              uint32_t key, int64_t index0) {
   const __m512 xm = _mm512_loadu_ps(m + i);
   const __m512i bits = RoundingBits512(key, index0 + i);
   __m512i cm = EncodeUnitFloat512<kMBits, true>(_mm512_mul_ps(Abs512(xm), vim), bits);
   const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
   cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
   const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(sqrt_v + i), viv);
   const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
   const __m512i code_v = EncodeUnitFloat512<kVBits, false>(r, _mm512_maskz_rol_epi32(kAll16, bits, 16));
-  const __m512i cv = _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, code_v, _mm512_set1_epi32(1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, cv));
+  return {cm, _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, code_v, _mm512_set1_epi32(1))};
+}
+
+// The bytes of 64 codes (a: elements 0-15, b: 16-31, c, d), in order: packed to 16 and
+// then 8 bits within each 128-bit lane (saturating, which no code in range reaches; v's
+// codes unsigned), the lanes' dwords put back in order (lane L of the pack holds dword L
+// of a, b, c and d).
+template <bool kUnsigned>
+SLIDEDP_AVX512 inline __m512i Bytes64(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ab = _mm512_packs_epi32(a, b), cd = _mm512_packs_epi32(c, d);
+  const __m512i x = kUnsigned ? _mm512_packus_epi16(ab, cd) : _mm512_packs_epi16(ab, cd);
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
+}
+
+// EncodeBlock's 64 elements from i, stored as 64 bytes of each moment.
+SLIDEDP_AVX512 inline void EncodeSixtyFour512(int64_t i, const float* m, const float* sqrt_v, __m512 vim, __m512 viv,
+                                              uint32_t key, int64_t index0, int8_t* qm, uint8_t* qv) {
+  const Codes16 c0 = EncodeVector512(i, m, sqrt_v, vim, viv, key, index0);
+  const Codes16 c1 = EncodeVector512(i + 16, m, sqrt_v, vim, viv, key, index0);
+  const Codes16 c2 = EncodeVector512(i + 32, m, sqrt_v, vim, viv, key, index0);
+  const Codes16 c3 = EncodeVector512(i + 48, m, sqrt_v, vim, viv, key, index0);
+  const __m512i bm = Bytes64<false>(c0.m, c1.m, c2.m, c3.m);
+  const __m512i bv = Bytes64<true>(c0.v, c1.v, c2.v, c3.v);
+  _mm512_storeu_si512(qm + i, bm);
+  _mm512_storeu_si512(qv + i, bv);
 }
 
 SLIDEDP_AVX512 void EncodeBlockAvx512(const MomentView& blk, int64_t len, const float* m, const float* sqrt_v,
@@ -257,7 +283,12 @@ SLIDEDP_AVX512 void EncodeBlockAvx512(const MomentView& blk, int64_t len, const 
   const float im = InvScale(sm), iv = InvSqrtScale(sv);
   const __m512 vim = _mm512_set1_ps(im), viv = _mm512_set1_ps(iv);
   int64_t i = 0;
-  for (; i + 16 <= len; i += 16) EncodeVector512(i, m, sqrt_v, vim, viv, key, index0, qm, qv);
+  for (; i + 64 <= len; i += 64) EncodeSixtyFour512(i, m, sqrt_v, vim, viv, key, index0, qm, qv);
+  for (; i + 16 <= len; i += 16) {  // a unit's last partial block
+    const Codes16 c = EncodeVector512(i, m, sqrt_v, vim, viv, key, index0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, c.m));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, c.v));
+  }
   for (; i < len; ++i) {
     const uint32_t bits = RoundingBits(key, index0 + i);
     qm[i] = EncodeSigned8(m[i], im, bits);
@@ -305,9 +336,9 @@ SLIDEDP_AVX512 void UpdateEncodeAvx512(const Coeffs& c, float* p, const float* g
   *e.blk.m_scale = e.sm;
   *e.blk.v_scale = e.sv;
   const __m512 vim = _mm512_set1_ps(InvScale(e.sm)), viv = _mm512_set1_ps(InvSqrtScale(e.sv));
-  for (int64_t i = 0; i < kMomentBlock; i += 16) {  // 16 divides the block
-    UpdateVector512(k, i, p, grad, gp, qm, qv, vsm, vsv, mo, ro, mmax, vmax);
-    EncodeVector512(i, e.m, e.sqrt_v, vim, viv, key, e.index0, eqm, eqv);
+  for (int64_t i = 0; i < kMomentBlock; i += 64) {  // 64 divides the block
+    for (int64_t j = i; j < i + 64; j += 16) UpdateVector512(k, j, p, grad, gp, qm, qv, vsm, vsv, mo, ro, mmax, vmax);
+    EncodeSixtyFour512(i, e.m, e.sqrt_v, vim, viv, key, e.index0, eqm, eqv);
   }
   *m_max = LargestLane512(mmax, *m_max);
   *v_max = LargestLane512(vmax, *v_max);
