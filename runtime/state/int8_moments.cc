@@ -1,7 +1,8 @@
 // The 8-bit moments' kernels (optimizer.state_dtype int8; the maps in moment_codec.h):
 // scalar, AVX2 and AVX-512 forms of one quantization block's encode, of the one-pass
-// update of a block (decode, AdamW, the new scales' maxima), and of the decode, behind
-// one table per instruction set. The vector bodies are compiled for their instruction
+// update of a block (decode, AdamW, the new scales' maxima), of that update interleaved
+// with the encode of the block before it, and of the decode, behind one table per
+// instruction set. The vector bodies are compiled for their instruction
 // set with target attributes and only called after IsaSupported() (adamw_kernels.h);
 // each gives the scalar function's bits lane by lane (the same operations, except the
 // decode, which widens the codes as IEEE halves: DecodeSigned512), and remainders go
