@@ -1,8 +1,7 @@
 // The 8-bit moments' kernels (optimizer.state_dtype int8; the maps in moment_codec.h):
 // scalar, AVX2 and AVX-512 forms of one quantization block's encode, of the one-pass
-// update of a block (decode, AdamW, the new scales' maxima), of that update interleaved
-// with the encode of the block before it, and of the decode, behind one table per
-// instruction set. The vector bodies are compiled for their instruction
+// update of a block (decode, AdamW, the new scales' maxima), and of the decode, behind
+// one table per instruction set. The vector bodies are compiled for their instruction
 // set with target attributes and only called after IsaSupported() (adamw_kernels.h);
 // each gives the scalar function's bits lane by lane (the same operations, except the
 // decode, which widens the codes as IEEE halves: DecodeSigned512), and remainders go
@@ -55,25 +54,9 @@ using UpdatePartFn = void (*)(const Coeffs& c, int64_t n, float* p, const float*
                               const int8_t* qm, const uint8_t* qv, float sm, float sv, float* mo, float* ro,
                               float* m_max, float* v_max);
 using DecodeFn = void (*)(const MomentView& mv, int64_t n, float* m, float* v);
-// - UpdateEncode: UpdatePart of one whole block (kMomentBlock elements, one span's
-//   coefficients) and, in the same loop, EncodeBlock of another whole block (`e`, the
-//   block before it, whose update has ended): the same bits as the two calls, but the
-//   update's square root and divisions, which wait on the core's one divider, overlap the
-//   encode's integer work, which waits on its vector ports.
-struct BlockEncode {  // EncodeBlock's arguments for a whole block
-  MomentView blk;
-  const float* m;
-  const float* sqrt_v;
-  float sm, sv;
-  int64_t index0;
-};
-using UpdateEncodeFn = void (*)(const Coeffs& c, float* p, const float* grad, uint16_t* gp, const int8_t* qm,
-                                const uint8_t* qv, float sm, float sv, float* mo, float* ro, float* m_max,
-                                float* v_max, const BlockEncode& e, uint32_t key);
 struct Int8Kernels {
   EncodeBlockFn encode_block;
   UpdatePartFn update_part;
-  UpdateEncodeFn update_encode;
   DecodeFn decode;
   float (*abs_max)(const float* x, int64_t n);
 };
@@ -118,15 +101,7 @@ void DecodeInt8Scalar(const MomentView& mv, int64_t n, float* m, float* v) {
   }
 }
 
-void UpdateEncodeScalar(const Coeffs& c, float* p, const float* grad, uint16_t* gp, const int8_t* qm,
-                        const uint8_t* qv, float sm, float sv, float* mo, float* ro, float* m_max, float* v_max,
-                        const BlockEncode& e, uint32_t key) {
-  UpdatePartScalar(c, kMomentBlock, p, grad, gp, qm, qv, sm, sv, mo, ro, m_max, v_max);
-  EncodeBlockScalar(e.blk, kMomentBlock, e.m, e.sqrt_v, e.sm, e.sv, key, e.index0);
-}
-
-constexpr Int8Kernels kScalarKernels = {EncodeBlockScalar, UpdatePartScalar, UpdateEncodeScalar, DecodeInt8Scalar,
-                                        AbsMax};
+constexpr Int8Kernels kScalarKernels = {EncodeBlockScalar, UpdatePartScalar, DecodeInt8Scalar, AbsMax};
 
 #ifdef SLIDEDP_X86_KERNELS
 
@@ -233,48 +208,6 @@ SLIDEDP_AVX512 void DecodeInt8Avx512(const MomentView& mv, int64_t n, float* m, 
   }
 }
 
-// EncodeBlock's 16 elements from i: the codes of m and sqrt(v) (scaled by vim, viv), an
-// int32 lane each (m's in [-127, 127], v's in [0, 255]).
-struct Codes16 {
-  __m512i m, v;
-};
-SLIDEDP_AVX512 inline Codes16 EncodeVector512(int64_t i, const float* m, const float* sqrt_v, __m512 vim, __m512 viv,
-                                              uint32_t key, int64_t index0) {
-  const __m512 xm = _mm512_loadu_ps(m + i);
-  const __m512i bits = RoundingBits512(key, index0 + i);
-  __m512i cm = EncodeUnitFloat512<kMBits, true>(_mm512_mul_ps(Abs512(xm), vim), bits);
-  const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
-  cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
-  const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(sqrt_v + i), viv);
-  const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
-  const __m512i code_v = EncodeUnitFloat512<kVBits, false>(r, _mm512_maskz_rol_epi32(kAll16, bits, 16));
-  return {cm, _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, code_v, _mm512_set1_epi32(1))};
-}
-
-// The bytes of 64 codes (a: elements 0-15, b: 16-31, c, d), in order: packed to 16 and
-// then 8 bits within each 128-bit lane (saturating, which no code in range reaches; v's
-// codes unsigned), the lanes' dwords put back in order (lane L of the pack holds dword L
-// of a, b, c and d).
-template <bool kUnsigned>
-SLIDEDP_AVX512 inline __m512i Bytes64(__m512i a, __m512i b, __m512i c, __m512i d) {
-  const __m512i ab = _mm512_packs_epi32(a, b), cd = _mm512_packs_epi32(c, d);
-  const __m512i x = kUnsigned ? _mm512_packus_epi16(ab, cd) : _mm512_packs_epi16(ab, cd);
-  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
-}
-
-// EncodeBlock's 64 elements from i, stored as 64 bytes of each moment.
-SLIDEDP_AVX512 inline void EncodeSixtyFour512(int64_t i, const float* m, const float* sqrt_v, __m512 vim, __m512 viv,
-                                              uint32_t key, int64_t index0, int8_t* qm, uint8_t* qv) {
-  const Codes16 c0 = EncodeVector512(i, m, sqrt_v, vim, viv, key, index0);
-  const Codes16 c1 = EncodeVector512(i + 16, m, sqrt_v, vim, viv, key, index0);
-  const Codes16 c2 = EncodeVector512(i + 32, m, sqrt_v, vim, viv, key, index0);
-  const Codes16 c3 = EncodeVector512(i + 48, m, sqrt_v, vim, viv, key, index0);
-  const __m512i bm = Bytes64<false>(c0.m, c1.m, c2.m, c3.m);
-  const __m512i bv = Bytes64<true>(c0.v, c1.v, c2.v, c3.v);
-  _mm512_storeu_si512(qm + i, bm);
-  _mm512_storeu_si512(qv + i, bv);
-}
-
 SLIDEDP_AVX512 void EncodeBlockAvx512(const MomentView& blk, int64_t len, const float* m, const float* sqrt_v,
                                       float sm, float sv, uint32_t key, int64_t index0) {
   auto* qm = static_cast<int8_t*>(blk.m);
@@ -283,34 +216,26 @@ SLIDEDP_AVX512 void EncodeBlockAvx512(const MomentView& blk, int64_t len, const 
   *blk.v_scale = sv;
   const float im = InvScale(sm), iv = InvSqrtScale(sv);
   const __m512 vim = _mm512_set1_ps(im), viv = _mm512_set1_ps(iv);
+  const __m512i one = _mm512_set1_epi32(1);
   int64_t i = 0;
-  for (; i + 64 <= len; i += 64) EncodeSixtyFour512(i, m, sqrt_v, vim, viv, key, index0, qm, qv);
-  for (; i + 16 <= len; i += 16) {  // a unit's last partial block
-    const Codes16 c = EncodeVector512(i, m, sqrt_v, vim, viv, key, index0);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, c.m));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, c.v));
+  for (; i + 16 <= len; i += 16) {
+    const __m512 xm = _mm512_loadu_ps(m + i);
+    const __m512i bits = RoundingBits512(key, index0 + i);
+    __m512i cm = EncodeUnitFloat512<kMBits, true>(_mm512_mul_ps(Abs512(xm), vim), bits);
+    const __mmask16 neg = _mm512_cmp_ps_mask(xm, _mm512_setzero_ps(), _CMP_LT_OQ);
+    cm = _mm512_mask_sub_epi32(cm, neg, _mm512_setzero_si512(), cm);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qm + i), _mm512_maskz_cvtepi32_epi8(kAll16, cm));
+    const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(sqrt_v + i), viv);
+    const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const __m512i code_v = EncodeUnitFloat512<kVBits, false>(r, _mm512_maskz_rol_epi32(kAll16, bits, 16));
+    const __m512i cv = _mm512_mask_max_epi32(_mm512_setzero_si512(), pos, code_v, one);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qv + i), _mm512_maskz_cvtepi32_epi8(kAll16, cv));
   }
   for (; i < len; ++i) {
     const uint32_t bits = RoundingBits(key, index0 + i);
     qm[i] = EncodeSigned8(m[i], im, bits);
     qv[i] = EncodeUnsigned8(sqrt_v[i], iv, VBits(bits));
   }
-}
-
-// UpdatePart's 16 elements from i; mmax and vmax take the new |m| and v.
-SLIDEDP_AVX512 inline void UpdateVector512(const Coeffs512& k, int64_t i, float* p, const float* grad, uint16_t* gp,
-                                           const int8_t* qm, const uint8_t* qv, __m512 vsm, __m512 vsv, float* mo,
-                                           float* ro, __m512& mmax, __m512& vmax) {
-  __m512 mi = DecodeSigned512(qm + i, vsm), vi = DecodeUnsigned512(qv + i, vsv);
-  __m512 root;
-  const __m512 g = grad != nullptr ? _mm512_loadu_ps(grad + i) : WidenBf16x16(gp + i);
-  const __m512 pi = Step512(k, g, _mm512_loadu_ps(p + i), mi, vi, root);
-  _mm512_storeu_ps(p + i, pi);
-  _mm512_storeu_ps(mo + i, mi);
-  _mm512_storeu_ps(ro + i, root);
-  mmax = _mm512_maskz_max_ps(kAll16, Abs512(mi), mmax);
-  vmax = _mm512_maskz_max_ps(kAll16, vi, vmax);
-  if (grad == nullptr) StoreBf16x16(gp + i, pi);
 }
 
 SLIDEDP_AVX512 void UpdatePartAvx512(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp,
@@ -320,33 +245,24 @@ SLIDEDP_AVX512 void UpdatePartAvx512(const Coeffs& c, int64_t n, float* p, const
   const __m512 vsm = _mm512_set1_ps(sm), vsv = _mm512_set1_ps(sv);
   __m512 mmax = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) UpdateVector512(k, i, p, grad, gp, qm, qv, vsm, vsv, mo, ro, mmax, vmax);
+  for (; i + 16 <= n; i += 16) {
+    __m512 mi = DecodeSigned512(qm + i, vsm), vi = DecodeUnsigned512(qv + i, vsv);
+    __m512 root;
+    const __m512 g = grad != nullptr ? _mm512_loadu_ps(grad + i) : WidenBf16x16(gp + i);
+    const __m512 pi = Step512(k, g, _mm512_loadu_ps(p + i), mi, vi, root);
+    _mm512_storeu_ps(p + i, pi);
+    _mm512_storeu_ps(mo + i, mi);
+    _mm512_storeu_ps(ro + i, root);
+    mmax = _mm512_maskz_max_ps(kAll16, Abs512(mi), mmax);
+    vmax = _mm512_maskz_max_ps(kAll16, vi, vmax);
+    if (grad == nullptr) StoreBf16x16(gp + i, pi);
+  }
   *m_max = LargestLane512(mmax, *m_max);
   *v_max = LargestLane512(vmax, *v_max);
   for (; i < n; ++i) UpdateElement(c, i, p, grad, gp, qm, qv, sm, sv, mo, ro, *m_max, *v_max);
 }
 
-SLIDEDP_AVX512 void UpdateEncodeAvx512(const Coeffs& c, float* p, const float* grad, uint16_t* gp, const int8_t* qm,
-                                       const uint8_t* qv, float sm, float sv, float* mo, float* ro, float* m_max,
-                                       float* v_max, const BlockEncode& e, uint32_t key) {
-  const Coeffs512 k = Broadcast512(c);
-  const __m512 vsm = _mm512_set1_ps(sm), vsv = _mm512_set1_ps(sv);
-  __m512 mmax = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
-  auto* eqm = static_cast<int8_t*>(e.blk.m);
-  auto* eqv = static_cast<uint8_t*>(e.blk.v);
-  *e.blk.m_scale = e.sm;
-  *e.blk.v_scale = e.sv;
-  const __m512 vim = _mm512_set1_ps(InvScale(e.sm)), viv = _mm512_set1_ps(InvSqrtScale(e.sv));
-  for (int64_t i = 0; i < kMomentBlock; i += 64) {  // 64 divides the block
-    for (int64_t j = i; j < i + 64; j += 16) UpdateVector512(k, j, p, grad, gp, qm, qv, vsm, vsv, mo, ro, mmax, vmax);
-    EncodeSixtyFour512(i, e.m, e.sqrt_v, vim, viv, key, e.index0, eqm, eqv);
-  }
-  *m_max = LargestLane512(mmax, *m_max);
-  *v_max = LargestLane512(vmax, *v_max);
-}
-
-constexpr Int8Kernels kAvx512Kernels = {EncodeBlockAvx512, UpdatePartAvx512, UpdateEncodeAvx512, DecodeInt8Avx512,
-                                        AbsMax512};
+constexpr Int8Kernels kAvx512Kernels = {EncodeBlockAvx512, UpdatePartAvx512, DecodeInt8Avx512, AbsMax512};
 
 // ------------------------------------------------------------------ AVX2
 
@@ -467,17 +383,6 @@ SLIDEDP_AVX2 inline Codes8 EncodeInt8x8(const float* m, const float* sqrt_v, int
   return {c, cv};
 }
 
-// EncodeBlock's 32 elements from i, their codes stored as 32 bytes at once.
-SLIDEDP_AVX2 inline void EncodeThirtyTwo256(int64_t i, const float* m, const float* sqrt_v, __m256 vim, __m256 viv,
-                                            uint32_t key, int64_t index0, int8_t* qm, uint8_t* qv) {
-  const Codes8 c0 = EncodeInt8x8(m, sqrt_v, i, vim, viv, key, index0);
-  const Codes8 c1 = EncodeInt8x8(m, sqrt_v, i + 8, vim, viv, key, index0);
-  const Codes8 c2 = EncodeInt8x8(m, sqrt_v, i + 16, vim, viv, key, index0);
-  const Codes8 c3 = EncodeInt8x8(m, sqrt_v, i + 24, vim, viv, key, index0);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qm + i), LowBytes32(c0.m, c1.m, c2.m, c3.m));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qv + i), LowBytes32(c0.v, c1.v, c2.v, c3.v));
-}
-
 SLIDEDP_AVX2 void EncodeBlockAvx2(const MomentView& blk, int64_t len, const float* m, const float* sqrt_v, float sm,
                                   float sv, uint32_t key, int64_t index0) {
   auto* qm = static_cast<int8_t*>(blk.m);
@@ -487,8 +392,16 @@ SLIDEDP_AVX2 void EncodeBlockAvx2(const MomentView& blk, int64_t len, const floa
   const float im = InvScale(sm), iv = InvSqrtScale(sv);
   const __m256 vim = _mm256_set1_ps(im), viv = _mm256_set1_ps(iv);
   int64_t i = 0;
-  // 32 elements a time; a unit's last partial block ends in the scalar loop.
-  for (; i + 32 <= len; i += 32) EncodeThirtyTwo256(i, m, sqrt_v, vim, viv, key, index0, qm, qv);
+  // 32 elements a time, their codes stored as 32 bytes at once; a unit's last partial
+  // block ends in the scalar loop.
+  for (; i + 32 <= len; i += 32) {
+    const Codes8 c0 = EncodeInt8x8(m, sqrt_v, i, vim, viv, key, index0);
+    const Codes8 c1 = EncodeInt8x8(m, sqrt_v, i + 8, vim, viv, key, index0);
+    const Codes8 c2 = EncodeInt8x8(m, sqrt_v, i + 16, vim, viv, key, index0);
+    const Codes8 c3 = EncodeInt8x8(m, sqrt_v, i + 24, vim, viv, key, index0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qm + i), LowBytes32(c0.m, c1.m, c2.m, c3.m));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qv + i), LowBytes32(c0.v, c1.v, c2.v, c3.v));
+  }
   for (; i < len; ++i) {
     const uint32_t bits = RoundingBits(key, index0 + i);
     qm[i] = EncodeSigned8(m[i], im, bits);
@@ -496,32 +409,8 @@ SLIDEDP_AVX2 void EncodeBlockAvx2(const MomentView& blk, int64_t len, const floa
   }
 }
 
-// UpdatePart's 16 elements from i: the codes of each moment loaded as 16 bytes, the bf16
-// copy stored as 32; mmax and vmax take the new |m| and v.
-SLIDEDP_AVX2 inline void UpdateSixteen256(const Coeffs256& k, int64_t i, float* p, const float* grad, uint16_t* gp,
-                                          const int8_t* qm, const uint8_t* qv, __m256 vsm, __m256 vsv, float* mo,
-                                          float* ro, __m256& mmax, __m256& vmax) {
-  const __m128i bm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qm + i));
-  const __m128i bv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + i));
-  __m256 m0, m1, v0, v1;
-  DecodeSigned256(bm, vsm, m0, m1);
-  DecodeUnsigned256(bv, vsv, v0, v1);
-  const __m256 g0 = grad != nullptr ? _mm256_loadu_ps(grad + i) : WidenBf16x8(gp + i);
-  const __m256 g1 = grad != nullptr ? _mm256_loadu_ps(grad + i + 8) : WidenBf16x8(gp + i + 8);
-  __m256 r0, r1;
-  const __m256 p0 = Step256(k, g0, _mm256_loadu_ps(p + i), m0, v0, r0);
-  const __m256 p1 = Step256(k, g1, _mm256_loadu_ps(p + i + 8), m1, v1, r1);
-  _mm256_storeu_ps(p + i, p0);
-  _mm256_storeu_ps(p + i + 8, p1);
-  _mm256_storeu_ps(mo + i, m0);
-  _mm256_storeu_ps(mo + i + 8, m1);
-  _mm256_storeu_ps(ro + i, r0);
-  _mm256_storeu_ps(ro + i + 8, r1);
-  mmax = _mm256_max_ps(Abs256(m1), _mm256_max_ps(Abs256(m0), mmax));
-  vmax = _mm256_max_ps(v1, _mm256_max_ps(v0, vmax));
-  if (grad == nullptr) StoreBf16x16(gp + i, p0, p1);
-}
-
+// 16 elements a time: the codes of each moment loaded as 16 bytes, the bf16 copy stored
+// as 32.
 SLIDEDP_AVX2 void UpdatePartAvx2(const Coeffs& c, int64_t n, float* p, const float* grad, uint16_t* gp,
                                  const int8_t* qm, const uint8_t* qv, float sm, float sv, float* mo, float* ro,
                                  float* m_max, float* v_max) {
@@ -529,33 +418,33 @@ SLIDEDP_AVX2 void UpdatePartAvx2(const Coeffs& c, int64_t n, float* p, const flo
   const __m256 vsm = _mm256_set1_ps(sm), vsv = _mm256_set1_ps(sv);
   __m256 mmax = _mm256_setzero_ps(), vmax = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) UpdateSixteen256(k, i, p, grad, gp, qm, qv, vsm, vsv, mo, ro, mmax, vmax);
+  for (; i + 16 <= n; i += 16) {
+    const __m128i bm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qm + i));
+    const __m128i bv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + i));
+    __m256 m0, m1, v0, v1;
+    DecodeSigned256(bm, vsm, m0, m1);
+    DecodeUnsigned256(bv, vsv, v0, v1);
+    const __m256 g0 = grad != nullptr ? _mm256_loadu_ps(grad + i) : WidenBf16x8(gp + i);
+    const __m256 g1 = grad != nullptr ? _mm256_loadu_ps(grad + i + 8) : WidenBf16x8(gp + i + 8);
+    __m256 r0, r1;
+    const __m256 p0 = Step256(k, g0, _mm256_loadu_ps(p + i), m0, v0, r0);
+    const __m256 p1 = Step256(k, g1, _mm256_loadu_ps(p + i + 8), m1, v1, r1);
+    _mm256_storeu_ps(p + i, p0);
+    _mm256_storeu_ps(p + i + 8, p1);
+    _mm256_storeu_ps(mo + i, m0);
+    _mm256_storeu_ps(mo + i + 8, m1);
+    _mm256_storeu_ps(ro + i, r0);
+    _mm256_storeu_ps(ro + i + 8, r1);
+    mmax = _mm256_max_ps(Abs256(m1), _mm256_max_ps(Abs256(m0), mmax));
+    vmax = _mm256_max_ps(v1, _mm256_max_ps(v0, vmax));
+    if (grad == nullptr) StoreBf16x16(gp + i, p0, p1);
+  }
   *m_max = LargestLane256(mmax, *m_max);
   *v_max = LargestLane256(vmax, *v_max);
   for (; i < n; ++i) UpdateElement(c, i, p, grad, gp, qm, qv, sm, sv, mo, ro, *m_max, *v_max);
 }
 
-SLIDEDP_AVX2 void UpdateEncodeAvx2(const Coeffs& c, float* p, const float* grad, uint16_t* gp, const int8_t* qm,
-                                   const uint8_t* qv, float sm, float sv, float* mo, float* ro, float* m_max,
-                                   float* v_max, const BlockEncode& e, uint32_t key) {
-  const Coeffs256 k = Broadcast256(c);
-  const __m256 vsm = _mm256_set1_ps(sm), vsv = _mm256_set1_ps(sv);
-  __m256 mmax = _mm256_setzero_ps(), vmax = _mm256_setzero_ps();
-  auto* eqm = static_cast<int8_t*>(e.blk.m);
-  auto* eqv = static_cast<uint8_t*>(e.blk.v);
-  *e.blk.m_scale = e.sm;
-  *e.blk.v_scale = e.sv;
-  const __m256 vim = _mm256_set1_ps(InvScale(e.sm)), viv = _mm256_set1_ps(InvSqrtScale(e.sv));
-  for (int64_t i = 0; i < kMomentBlock; i += 32) {  // 32 divides the block
-    UpdateSixteen256(k, i, p, grad, gp, qm, qv, vsm, vsv, mo, ro, mmax, vmax);
-    UpdateSixteen256(k, i + 16, p, grad, gp, qm, qv, vsm, vsv, mo, ro, mmax, vmax);
-    EncodeThirtyTwo256(i, e.m, e.sqrt_v, vim, viv, key, e.index0, eqm, eqv);
-  }
-  *m_max = LargestLane256(mmax, *m_max);
-  *v_max = LargestLane256(vmax, *v_max);
-}
-
-constexpr Int8Kernels kAvx2Kernels = {EncodeBlockAvx2, UpdatePartAvx2, UpdateEncodeAvx2, DecodeInt8Avx2, AbsMax256};
+constexpr Int8Kernels kAvx2Kernels = {EncodeBlockAvx2, UpdatePartAvx2, DecodeInt8Avx2, AbsMax256};
 
 #endif  // SLIDEDP_X86_KERNELS
 
@@ -587,54 +476,27 @@ void EncodeInt8(Isa isa, const MomentView& mv, int64_t n, const float* m, const 
   }
 }
 
-// Blocks in order, software-pipelined: a whole block within one span is updated in the
-// same loop as the encode of the block before it (UpdateEncode), which waited for this
-// block's turn with its new m and sqrt(v) in one of two scratch buffers; any other block
-// (several spans, the tile's last partial block, or after one) has its predecessor
-// encoded first and then its own spans updated (UpdatePart).
 void AdamWInt8Tile(Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, int64_t b,
                    int64_t e, float* param, const float* grad, uint16_t* gp, const MomentView& mv,
                    const RoundingSeed& seed) {
   const Int8Kernels& k = KernelsOf(isa);
   const uint32_t key = RoundingKey(seed.step);
-  alignas(64) float mo[2][kMomentBlock];  // a block's new m and sqrt(v), from its update to its encode
-  alignas(64) float ro[2][kMomentBlock];
-  BlockEncode pending{};  // the block updated last, not yet encoded
-  int64_t pending_len = 0;  // 0: none
-  for (int64_t bb = b, slot = 0; bb < e; bb += kMomentBlock, slot ^= 1) {
+  alignas(64) float mo[kMomentBlock];  // one block's new m and sqrt(v), from its update to its encode
+  alignas(64) float ro[kMomentBlock];
+  for (int64_t bb = b; bb < e; bb += kMomentBlock) {
     const int64_t be = std::min(e, bb + kMomentBlock);
     const MomentView blk = OffsetMoments(mv, bb);
     const float sm = *blk.m_scale, sv = *blk.v_scale;
     float m_max = 0.0f, v_max = 0.0f;
-    const auto* qm = static_cast<const int8_t*>(blk.m);
-    const auto* qv = static_cast<const uint8_t*>(blk.v);
-    size_t whole = spans.size();  // the span holding the whole block, if one does
-    for (size_t j = 0; j < spans.size() && be - bb == kMomentBlock; ++j) {
-      if (spans[j].begin <= bb && spans[j].end >= be) whole = j;
+    for (size_t j = 0; j < spans.size(); ++j) {
+      const int64_t sb = std::max(spans[j].begin, bb), se = std::min(spans[j].end, be);
+      if (se <= sb) continue;
+      const int64_t o = sb - bb;
+      k.update_part(coeffs[j], se - sb, param + sb, grad != nullptr ? grad + sb : nullptr,
+                    grad != nullptr ? nullptr : gp + sb, static_cast<const int8_t*>(blk.m) + o,
+                    static_cast<const uint8_t*>(blk.v) + o, sm, sv, mo + o, ro + o, &m_max, &v_max);
     }
-    if (pending_len == kMomentBlock && whole < spans.size()) {
-      k.update_encode(coeffs[whole], param + bb, grad != nullptr ? grad + bb : nullptr,
-                      grad != nullptr ? nullptr : gp + bb, qm, qv, sm, sv, mo[slot], ro[slot], &m_max, &v_max,
-                      pending, key);
-    } else {
-      if (pending_len > 0) {
-        k.encode_block(pending.blk, pending_len, pending.m, pending.sqrt_v, pending.sm, pending.sv, key,
-                       pending.index0);
-      }
-      for (size_t j = 0; j < spans.size(); ++j) {
-        const int64_t sb = std::max(spans[j].begin, bb), se = std::min(spans[j].end, be);
-        if (se <= sb) continue;
-        const int64_t o = sb - bb;
-        k.update_part(coeffs[j], se - sb, param + sb, grad != nullptr ? grad + sb : nullptr,
-                      grad != nullptr ? nullptr : gp + sb, qm + o, qv + o, sm, sv, mo[slot] + o, ro[slot] + o,
-                      &m_max, &v_max);
-      }
-    }
-    pending = {blk, mo[slot], ro[slot], m_max, v_max, seed.first_index + bb};
-    pending_len = be - bb;
-  }
-  if (pending_len > 0) {
-    k.encode_block(pending.blk, pending_len, pending.m, pending.sqrt_v, pending.sm, pending.sv, key, pending.index0);
+    k.encode_block(blk, be - bb, mo, ro, m_max, v_max, key, seed.first_index + bb);
   }
 }
 

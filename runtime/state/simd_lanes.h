@@ -23,7 +23,7 @@
 #include <immintrin.h>
 #define SLIDEDP_X86_KERNELS 1
 #define SLIDEDP_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define SLIDEDP_AVX512 __attribute__((target("avx512f,avx512bw")))
+#define SLIDEDP_AVX512 __attribute__((target("avx512f")))
 #endif
 
 #ifdef SLIDEDP_X86_KERNELS
