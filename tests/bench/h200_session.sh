@@ -7,7 +7,7 @@
 #   BUDGET=560 STEPS="build cudatests tok bench4" tests/bench/h200_session.sh
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) sbruns (SBRUNS="ARGS|ARGS": step_bench runs) memtrace (GPU memory per phase) adamw quality22 moments4
-# moments7b cap14b fail14b kernelrate (issue 22's moment dtypes, capacity, kernel rates) goals20 goals21 (the open H200 goals of issues 20 and 21, the worker's own plans) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
+# moments7b cap14b fail14b kernelrate (issue 22's moment dtypes, capacity, kernel rates) goals20 goals21 goalsall (the open H200 goals of issues 20 and 21, the worker's own plans) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
 # (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) mbsweep (issues 20, 21: one batch in micro-batches of 4, 2, 1) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
@@ -394,6 +394,17 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
            for a in "$M --micro_batch_size=4 --grad_accum=4" "$M --micro_batch_size=4 --grad_accum=4 --resident_units=0" \
                     "$M --micro_batch_size=1 --grad_accum=4"; do
              echo "goals21 ($a): $('"$B"'/step_bench $a 2>&1 | grep "mean of" | tail -1)"
+           done
+           python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-7b --batch 1 --seq 4096 2>&1 | grep RESULT' ;;
+    # Both issues' 7.62B goals in one step (one run each, for a short H200 call): 32 x 4096
+    # (20: 11.5k tokens/s), 16 x 4096 (21: 11k), 4 x 4096 in one micro-batch with int8
+    # moments, the plan the step model predicts at 1.6x (21: fp32's best is 1.46x), and
+    # plain PyTorch at 1 x 4096.
+    goalsall) TAILN=5 step goalsall ${GOALS_CAP:-420} bash -c '
+           M="--model=qwen2.5-7b --prefetch=2 --steps=3"
+           for a in "$M --micro_batch_size=4 --grad_accum=8" "$M --micro_batch_size=4 --grad_accum=4" \
+                    "$M --micro_batch_size=4 --grad_accum=1 --state_dtype=int8"; do
+             echo "goalsall ($a): $('"$B"'/step_bench $a 2>&1 | grep -E "mean of|setup" | tr "\n" " ")"
            done
            python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-7b --batch 1 --seq 4096 2>&1 | grep RESULT' ;;
     plain) step plain 90 python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 ;;
