@@ -50,13 +50,20 @@ SLIDEDP_AVX2 inline __m256 Rounded256(__m256 x) {
 
 // The coefficients in every lane, and AdamWElement's operations on 8 lanes: the new
 // parameter returned, m and v updated, the square root of the new v in `root`.
+// unit_bias2: sqrt(1 - beta2^step) rounded to exactly 1 (from step ~324 with beta2 0.95,
+// ~16600 with 0.999), where root / 1 is root itself in IEEE arithmetic (a NaN root keeps
+// its bits; under denormals-are-zero the addition that follows zeroes a subnormal root
+// as the division would): the kernels skip that division, one of the three operations a
+// vector that wait on the core's divider, and give AdamWElement's bits.
 struct Coeffs256 {
   __m256 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
+  bool unit_bias2;
 };
 SLIDEDP_AVX2 inline Coeffs256 Broadcast256(const Coeffs& c) {
   return {_mm256_set1_ps(c.grad_scale), _mm256_set1_ps(c.decay),      _mm256_set1_ps(c.beta1),
           _mm256_set1_ps(c.one_minus_beta1), _mm256_set1_ps(c.beta2), _mm256_set1_ps(c.one_minus_beta2),
-          _mm256_set1_ps(c.bias2_sqrt), _mm256_set1_ps(c.eps),        _mm256_set1_ps(c.neg_step_size)};
+          _mm256_set1_ps(c.bias2_sqrt), _mm256_set1_ps(c.eps),        _mm256_set1_ps(c.neg_step_size),
+          c.bias2_sqrt == 1.0f};
 }
 SLIDEDP_AVX2 inline __m256 Step256(const Coeffs256& k, __m256 g_raw, __m256 p, __m256& m, __m256& v, __m256& root) {
   const __m256 gi = _mm256_mul_ps(k.scale, g_raw);
@@ -64,7 +71,7 @@ SLIDEDP_AVX2 inline __m256 Step256(const Coeffs256& k, __m256 g_raw, __m256 p, _
   m = _mm256_fmadd_ps(gi, k.omb1, _mm256_mul_ps(k.b1, m));
   v = _mm256_fmadd_ps(_mm256_mul_ps(k.omb2, gi), gi, _mm256_mul_ps(k.b2, v));
   root = _mm256_sqrt_ps(v);
-  const __m256 denom = _mm256_add_ps(_mm256_div_ps(root, k.bias2), k.eps);
+  const __m256 denom = _mm256_add_ps(k.unit_bias2 ? root : _mm256_div_ps(root, k.bias2), k.eps);
   return _mm256_add_ps(decayed, _mm256_div_ps(_mm256_mul_ps(k.nss, m), denom));
 }
 
@@ -104,11 +111,13 @@ SLIDEDP_AVX512 inline __m512 Rounded512(__m512 x) {
 // AdamWElement on 16 lanes, as Step256 on 8.
 struct Coeffs512 {
   __m512 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
+  bool unit_bias2;
 };
 SLIDEDP_AVX512 inline Coeffs512 Broadcast512(const Coeffs& c) {
   return {_mm512_set1_ps(c.grad_scale), _mm512_set1_ps(c.decay),      _mm512_set1_ps(c.beta1),
           _mm512_set1_ps(c.one_minus_beta1), _mm512_set1_ps(c.beta2), _mm512_set1_ps(c.one_minus_beta2),
-          _mm512_set1_ps(c.bias2_sqrt), _mm512_set1_ps(c.eps),        _mm512_set1_ps(c.neg_step_size)};
+          _mm512_set1_ps(c.bias2_sqrt), _mm512_set1_ps(c.eps),        _mm512_set1_ps(c.neg_step_size),
+          c.bias2_sqrt == 1.0f};
 }
 SLIDEDP_AVX512 inline __m512 Step512(const Coeffs512& k, __m512 g_raw, __m512 p, __m512& m, __m512& v,
                                      __m512& root) {
@@ -117,7 +126,7 @@ SLIDEDP_AVX512 inline __m512 Step512(const Coeffs512& k, __m512 g_raw, __m512 p,
   m = _mm512_fmadd_ps(gi, k.omb1, _mm512_mul_ps(k.b1, m));
   v = _mm512_fmadd_ps(_mm512_mul_ps(k.omb2, gi), gi, _mm512_mul_ps(k.b2, v));
   root = _mm512_maskz_sqrt_ps(kAll16, v);
-  const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, k.bias2), k.eps);
+  const __m512 denom = _mm512_add_ps(k.unit_bias2 ? root : _mm512_div_ps(root, k.bias2), k.eps);
   return _mm512_add_ps(decayed, _mm512_div_ps(_mm512_mul_ps(k.nss, m), denom));
 }
 

@@ -3,8 +3,10 @@
 // and how far apart their results are after a few steps; then the update as the engine
 // runs it on the GPU path (the bf16 gradient in the streamed bf16 copy, which the update
 // rewrites) with each moment dtype of optimizer.state_dtype (fp32, bf16, int8).
-// Usage: adamw_bench [SIZE...]   sizes in parameters, with an optional K/M/G
-// suffix (decimal); default 1M 16M. Example: adamw_bench 16M 134M
+// Usage: adamw_bench [--step=N] [SIZE...]   sizes in parameters, with an optional K/M/G
+// suffix (decimal); default 1M 16M. Example: adamw_bench 16M 134M. --step: the dtype
+// table's updates count their steps from N + 1 (default 0); from step 325 beta2 0.95's
+// bias correction is exactly 1 in fp32 and the vector kernels skip its division.
 // Threads: main only (plus both libraries' own pools).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -246,12 +248,16 @@ void CheckStoredAgainstReference(int64_t n, int threads) {
 // The engine's update with bf16 gradients in the streamed copy, per moment dtype, at
 // each thread count: parameters per second and the bytes each moves per parameter
 // (master 8, copy 2 + 2, moments as stored).
-void BenchMomentDtypes(int64_t n, const std::vector<int>& thread_counts) {
+void BenchMomentDtypes(int64_t n, const std::vector<int>& thread_counts, int64_t first_step) {
   at::manual_seed(1234);
   const at::Tensor p0 = at::randn({n});
   const at::Tensor g0 = (at::randn({n}) * 1e-2).to(at::kBFloat16);
-  std::printf("\n== %lld parameters, bf16 gradient in the streamed copy, by optimizer.state_dtype\n",
-              static_cast<long long>(n));
+  AdamWHyper at_first = Hyper();
+  at_first.step = first_step + 1;
+  std::printf("\n== %lld parameters, bf16 gradient in the streamed copy, by optimizer.state_dtype "
+              "(steps from %lld, bias correction %s)\n",
+              static_cast<long long>(n), static_cast<long long>(first_step + 1),
+              adamw_internal::MakeCoeffs(at_first).bias2_sqrt == 1.0f ? "exactly 1" : "below 1 at first");
   std::printf("%8s  %6s  %12s  %8s  %10s  %8s\n", "threads", "dtype", "Mparam/s", "vs fp32", "bytes/param",
               "GB/s");
   for (int threads : thread_counts) {
@@ -270,6 +276,7 @@ void BenchMomentDtypes(int64_t n, const std::vector<int>& thread_counts) {
         mv.v_scale = mv.m_scale + scales.numel() / 2;
       }
       AdamWHyper h = Hyper();
+      h.step = first_step;
       const std::vector<DecaySpan> spans = {{0, n, h.weight_decay}};
       auto* gpp = static_cast<uint16_t*>(gp.data_ptr());
       const double rate = n * StepsPerSecond([&] {
@@ -292,16 +299,24 @@ void BenchMomentDtypes(int64_t n, const std::vector<int>& thread_counts) {
 
 int Main(int argc, char** argv) {
   std::vector<int64_t> sizes;
+  int64_t first_step = 0;
   for (int i = 1; i < argc; ++i) {
-    const int64_t n = ParseSize(argv[i]);
-    if (n <= 0) {
+    bool ok;
+    if (std::strncmp(argv[i], "--step=", 7) == 0) {
+      char* end = nullptr;
+      first_step = std::strtoll(argv[i] + 7, &end, 10);
+      ok = end != argv[i] + 7 && *end == '\0' && first_step >= 0;
+    } else {
+      sizes.push_back(ParseSize(argv[i]));
+      ok = sizes.back() > 0;
+    }
+    if (!ok) {
       std::fprintf(stderr,
-                   "usage: adamw_bench [SIZE...]  (e.g. 16M 134M; default 1M 16M)\n"
-                   "bad size '%s'\n",
+                   "usage: adamw_bench [--step=N] [SIZE...]  (e.g. 16M 134M; default 1M 16M; N >= 0)\n"
+                   "bad argument '%s'\n",
                    argv[i]);
       return 2;
     }
-    sizes.push_back(n);
   }
   if (sizes.empty()) sizes = {1000000, 16000000};
   const int cpus = AvailableCpus();
@@ -312,7 +327,7 @@ int Main(int argc, char** argv) {
   std::printf("(* 28 bytes moved per parameter: read p, g, m, v; write p, m, v)\n");
   for (int64_t n : sizes) BenchSize(n, threads);
   CheckStoredAgainstReference(std::min<int64_t>(sizes.back(), int64_t{1} << 22) + 1000, threads.back());
-  for (int64_t n : sizes) BenchMomentDtypes(n, threads);
+  for (int64_t n : sizes) BenchMomentDtypes(n, threads, first_step);
   return 0;
 }
 

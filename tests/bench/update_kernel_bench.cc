@@ -5,9 +5,10 @@
 // rate here at T threads near adamw_bench's at T) or by memory (far above). Kernels: the
 // one-pass update with 8-bit moments (AdamWInt8Tile) and its encode alone, the one-pass
 // updates with fp32 and bf16 moments; the gradient as the engine's bf16 streamed copy.
-// Usage: update_kernel_bench [--elements=N] [--reps=R] [--kernel=WORD] [THREADS...]
-// (default 32768, 2000, every kernel, threads 1 and every core; --kernel runs those whose
-// name holds WORD, e.g. int8)
+// Usage: update_kernel_bench [--elements=N] [--reps=R] [--kernel=WORD] [--step=S] [THREADS...]
+// (default 32768, 2000, every kernel, step 3, threads 1 and every core; --kernel runs
+// those whose name holds WORD, e.g. int8; from step 325 beta2 0.95's bias correction is
+// exactly 1 and the vector kernels skip its division)
 // Threads: main, and THREADS std::threads a measurement, each on its own tile.
 #include <atomic>
 #include <chrono>
@@ -91,6 +92,7 @@ void Run(Kernel k, Isa isa, const Coeffs& c, const std::vector<DecaySpan>& spans
 int Main(int argc, char** argv) {
   int64_t n = 32768;
   int reps = 2000;
+  int64_t step = 3;
   std::vector<int> threads;
   std::string only;
   for (int i = 1; i < argc; ++i) {
@@ -100,10 +102,13 @@ int Main(int argc, char** argv) {
       reps = std::atoi(argv[i] + 7);
     } else if (std::strncmp(argv[i], "--kernel=", 9) == 0) {
       only = argv[i] + 9;
+    } else if (std::strncmp(argv[i], "--step=", 7) == 0 && std::atoll(argv[i] + 7) > 0) {
+      step = std::atoll(argv[i] + 7);
     } else if (argv[i][0] != '-' && std::atoi(argv[i]) > 0) {
       threads.push_back(std::atoi(argv[i]));
     } else {
-      std::fprintf(stderr, "usage: update_kernel_bench [--elements=N] [--reps=R] [--kernel=WORD] [THREADS...]\n");
+      std::fprintf(stderr,
+                   "usage: update_kernel_bench [--elements=N] [--reps=R] [--kernel=WORD] [--step=S] [THREADS...]\n");
       return 2;
     }
   }
@@ -117,11 +122,13 @@ int Main(int argc, char** argv) {
   AdamWHyper h;
   h.lr = 1e-5f;
   h.weight_decay = 0.1f;
-  h.step = 3;
+  h.step = step;
   const Coeffs c = adamw_internal::MakeCoeffs(h);
   const std::vector<DecaySpan> spans{{0, n, h.weight_decay}};
   const std::vector<Coeffs> coeffs{c};
-  const RoundingSeed seed{0, 3};
+  const RoundingSeed seed{0, step};
+  std::printf("step %lld (bias correction %s): ", static_cast<long long>(step),
+              c.bias2_sqrt == 1.0f ? "exactly 1" : "below 1");
   std::printf("kernel %s, %lld elements a thread (%.2f MB of int8 state), %d updates; Mparam/s\n",
               adamw_internal::IsaName(isa), static_cast<long long>(n), 16.0 * n / 1e6, reps);
   std::printf("%8s  %-17s %10s %12s\n", "threads", "kernel", "total", "per thread");

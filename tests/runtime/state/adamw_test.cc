@@ -137,16 +137,23 @@ TEST(AdamWReferenceTest, DecoupledWeightDecayAndGradScale) {
 }
 
 // Every kernel this CPU runs, on sizes around the vector widths, unaligned starts.
+// Step 3, and step 1000, where beta2 0.95's bias correction sqrt(1 - beta2^step) is
+// exactly 1 in fp32 and the vector kernels skip their division by it (simd_lanes.h).
+constexpr int64_t kEarlyStep = 3, kUnitBiasStep = 1000;
+
 TEST(AdamWKernelTest, EveryIsaIsBitIdenticalToReference) {
+  ASSERT_EQ(adamw_internal::MakeCoeffs(Hyper(0.1f, 0.75f, kUnitBiasStep)).bias2_sqrt, 1.0f);
+  ASSERT_LT(adamw_internal::MakeCoeffs(Hyper(0.1f, 0.75f, kEarlyStep)).bias2_sqrt, 1.0f);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (!adamw_internal::IsaSupported(isa)) continue;
+    for (int64_t step : {kEarlyStep, kUnitBiasStep})
     for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 1000}) {
       for (int offset : {0, 1, 3}) {
         SCOPED_TRACE(std::string(adamw_internal::IsaName(isa)) + " n=" + std::to_string(n) +
-                     " offset=" + std::to_string(offset));
+                     " offset=" + std::to_string(offset) + " step=" + std::to_string(step));
         Buffers ref = RandomBuffers(n + offset, 7 + n);
         Buffers fast = ref;
-        const AdamWHyper h = Hyper(0.1f, 0.75f, 3);
+        const AdamWHyper h = Hyper(0.1f, 0.75f, step);
         AdamWReference(h, n, ref.p.data() + offset, ref.g.data() + offset, ref.m.data() + offset,
                        ref.v.data() + offset);
         adamw_internal::AdamWTile(isa, adamw_internal::MakeCoeffs(h), n, fast.p.data() + offset,
@@ -164,8 +171,9 @@ TEST(AdamWKernelTest, EveryIsaIsBitIdenticalToReference) {
 // the gradient widened, AdamWTile, and the parameters narrowed into the copy, one after
 // the other with the scalar kernels, non-finite gradients included.
 TEST(AdamWKernelTest, OnePassWithFp32MomentsEqualsWidenUpdateNarrow) {
-  const adamw_internal::Coeffs c = adamw_internal::MakeCoeffs(Hyper(0.1f, 0.75f, 3));
+  for (int64_t step : {kEarlyStep, kUnitBiasStep})
   for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 1000}) {
+    const adamw_internal::Coeffs c = adamw_internal::MakeCoeffs(Hyper(0.1f, 0.75f, step));
     Buffers base = RandomBuffers(n, 30 + n);
     std::vector<uint16_t> gp0(n);
     for (int64_t i = 0; i < n; ++i) gp0[i] = adamw_internal::Bf16Bits(base.g[i]);
@@ -185,7 +193,7 @@ TEST(AdamWKernelTest, OnePassWithFp32MomentsEqualsWidenUpdateNarrow) {
       for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
         if (!adamw_internal::IsaSupported(isa)) continue;
         SCOPED_TRACE(std::string(adamw_internal::IsaName(isa)) + " n=" + std::to_string(n) +
-                     " bf16_grad=" + std::to_string(bf16_grad));
+                     " bf16_grad=" + std::to_string(bf16_grad) + " step=" + std::to_string(step));
         Buffers got = base;
         std::vector<uint16_t> got_gp = gp0;
         adamw_internal::AdamWOnePassTile(isa, c, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),

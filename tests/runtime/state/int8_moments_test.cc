@@ -129,14 +129,17 @@ TEST(MomentCodec, EveryCodeDecodesAsTheScalarKernelDoes) {
 // with the update's roots and the copy's narrowing done one after the other with the
 // scalar kernels: spans that change mid-block and mid-vector, lengths that end mid-block,
 // NaN and infinite gradients, a block of zero moments and one of subnormal moments, and
-// runs of whole blocks within one span (updated while the block before is encoded).
+// runs of whole blocks within one span, at step 4 and at step 1000 (the bias correction
+// exactly 1: the vector kernels skip its division).
 TEST(MomentCodec, OnePassInt8UpdateEqualsDecodeUpdateEncode) {
   AdamWHyper h;
   h.lr = 1e-2f;
   h.grad_scale = 0.5f;
-  h.step = 4;
+  for (int64_t step : {4, 1000})
   for (int64_t n :
        std::vector<int64_t>{1, 7, 17, 255, 256, 257, 700, 3 * kMomentBlock + 33, 9 * kMomentBlock, 9 * kMomentBlock + 5}) {
+    h.step = step;
+    ASSERT_EQ(adamw_internal::MakeCoeffs(h).bias2_sqrt == 1.0f, step == 1000);
     const int64_t cut1 = n / 3, cut2 = std::min(n, n / 3 + 5);  // spans within the unit, some empty
     const std::vector<DecaySpan> spans = {{0, cut1, 0.1f}, {cut1, cut2, 0.0f}, {cut2, n, 0.05f}};
     std::vector<adamw_internal::Coeffs> coeffs;
@@ -179,7 +182,8 @@ TEST(MomentCodec, OnePassInt8UpdateEqualsDecodeUpdateEncode) {
         if (bf16_grad) adamw_internal::NarrowBf16(Isa::kScalar, want.p.data(), n, want.gp.data());
       }
       for (Isa isa : EveryIsa()) {
-        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " n=" << n << " bf16_grad=" << bf16_grad);
+        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " n=" << n << " bf16_grad=" << bf16_grad
+                                          << " step=" << step);
         UpdateCase got = base;
         Stored gs = start;
         adamw_internal::AdamWInt8Tile(isa, spans, coeffs, 0, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),

@@ -132,18 +132,18 @@ TEST(MomentCodec, Bf16NarrowingOfEveryKernelEqualsTheScalarOnEdgeValues) {
 // The one-pass update of bf16 moments (every kernel, both gradient kinds) gives the bits
 // of the decode, the update, the encode and the copy's narrowing done one after the
 // other with the scalar kernels, also on edge values (NaN and infinite gradients and
-// moments, zeros, subnormals) and lengths that end mid-vector.
+// moments, zeros, subnormals) and lengths that end mid-vector, at step 3 and at step 1000
+// (the bias correction exactly 1: the vector kernels skip its division).
 TEST(MomentCodec, OnePassBf16UpdateEqualsDecodeUpdateEncode) {
-  const AdamWHyper h = [] {
-    AdamWHyper x;
-    x.lr = 1e-2f;
-    x.weight_decay = 0.1f;
-    x.grad_scale = 0.5f;
-    x.step = 3;
-    return x;
-  }();
-  const adamw_internal::Coeffs c = adamw_internal::MakeCoeffs(h);
+  for (int64_t step : {3, 1000})
   for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 1000}) {
+    AdamWHyper h;
+    h.lr = 1e-2f;
+    h.weight_decay = 0.1f;
+    h.grad_scale = 0.5f;
+    h.step = step;
+    const adamw_internal::Coeffs c = adamw_internal::MakeCoeffs(h);
+    ASSERT_EQ(c.bias2_sqrt == 1.0f, step == 1000);
     UpdateCase base = MakeCase(n, 40 + n);
     std::vector<uint16_t> m0(n), v0(n);
     const std::vector<float> ms = Spread(n, 50 + n, false), vs = Spread(n, 60 + n, true);
@@ -176,7 +176,8 @@ TEST(MomentCodec, OnePassBf16UpdateEqualsDecodeUpdateEncode) {
       adamw_internal::NarrowBf16(Isa::kScalar, v.data(), n, wv.data());
       if (bf16_grad) adamw_internal::NarrowBf16(Isa::kScalar, want.p.data(), n, want.gp.data());
       for (Isa isa : EveryIsa()) {
-        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " n=" << n << " bf16_grad=" << bf16_grad);
+        SCOPED_TRACE(::testing::Message() << adamw_internal::IsaName(isa) << " n=" << n << " bf16_grad=" << bf16_grad
+                                          << " step=" << step);
         UpdateCase got = base;
         std::vector<uint16_t> gm = m0, gv = v0;
         adamw_internal::AdamWOnePassTile(isa, c, n, got.p.data(), bf16_grad ? nullptr : got.g.data(),
