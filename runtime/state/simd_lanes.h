@@ -50,11 +50,12 @@ SLIDEDP_AVX2 inline __m256 Rounded256(__m256 x) {
 
 // The coefficients in every lane, and AdamWElement's operations on 8 lanes: the new
 // parameter returned, m and v updated, the square root of the new v in `root`.
-// unit_bias2: sqrt(1 - beta2^step) rounded to exactly 1 (from step ~324 with beta2 0.95,
-// ~16600 with 0.999), where root / 1 is root itself in IEEE arithmetic (a NaN root keeps
-// its bits; under denormals-are-zero the addition that follows zeroes a subnormal root
-// as the division would): the kernels skip that division, one of the three operations a
-// vector that wait on the core's divider, and give AdamWElement's bits.
+// unit_bias2: sqrt(1 - beta2^step) rounded to exactly 1 (from step 325 with beta2 0.95,
+// 16628 with 0.999), where root / 1 is root itself in IEEE arithmetic (a NaN root keeps
+// its bits; a root is never subnormal, the square root of the least subnormal being
+// 2^-74.5, so no flush-to-zero mode sets them apart): the kernels skip that division,
+// one of the three operations a vector that wait on the core's divider, and give
+// AdamWElement's bits.
 struct Coeffs256 {
   __m256 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
   bool unit_bias2;
