@@ -136,11 +136,13 @@ TEST(AdamWReferenceTest, DecoupledWeightDecayAndGradScale) {
   ExpectClose(p[1], 2.0 * 0.9375 * 0.9375);
 }
 
-// Every kernel this CPU runs, on sizes around the vector widths, unaligned starts.
-// Step 3, and step 1000, where beta2 0.95's bias correction sqrt(1 - beta2^step) is
-// exactly 1 in fp32 and the vector kernels skip their division by it (simd_lanes.h).
+// The kernel tests' steps: 3, and 1000, where beta2 0.95's bias correction
+// sqrt(1 - beta2^step) is exactly 1 in fp32 and the vector kernels skip their division
+// by it (simd_lanes.h).
 constexpr int64_t kEarlyStep = 3, kUnitBiasStep = 1000;
 
+// Every kernel this CPU runs, on sizes around the vector widths, unaligned starts, at
+// both steps.
 TEST(AdamWKernelTest, EveryIsaIsBitIdenticalToReference) {
   ASSERT_EQ(adamw_internal::MakeCoeffs(Hyper(0.1f, 0.75f, kUnitBiasStep)).bias2_sqrt, 1.0f);
   ASSERT_LT(adamw_internal::MakeCoeffs(Hyper(0.1f, 0.75f, kEarlyStep)).bias2_sqrt, 1.0f);
