@@ -20,6 +20,10 @@ struct Coeffs {
   float neg_step_size;  // -lr / (1 - beta1^step)
 };
 
+// Whether bias2_sqrt is exactly 1 (from step 325 with beta2 0.95, 16628 with 0.999): the
+// vector kernels then skip dividing by it, root / 1 being root (simd_lanes.h).
+inline bool UnitBias2(const Coeffs& c) { return c.bias2_sqrt == 1.0f; }
+
 // Forces `x` to be rounded to fp32 on its own: the compiler may not fuse the product
 // that produced it into a following addition (torch runs those ops as separate kernels).
 inline float Rounded(float x) {

@@ -50,12 +50,11 @@ SLIDEDP_AVX2 inline __m256 Rounded256(__m256 x) {
 
 // The coefficients in every lane, and AdamWElement's operations on 8 lanes: the new
 // parameter returned, m and v updated, the square root of the new v in `root`.
-// unit_bias2: sqrt(1 - beta2^step) rounded to exactly 1 (from step 325 with beta2 0.95,
-// 16628 with 0.999), where root / 1 is root itself in IEEE arithmetic (a NaN root keeps
-// its bits; a root is never subnormal, the square root of the least subnormal being
-// 2^-74.5, so no flush-to-zero mode sets them apart): the kernels skip that division,
-// one of the three operations a vector that wait on the core's divider, and give
-// AdamWElement's bits.
+// unit_bias2: sqrt(1 - beta2^step) rounded to exactly 1 (UnitBias2), where root / 1 is
+// root itself in IEEE arithmetic (a NaN root keeps its bits; a root is never subnormal,
+// the square root of the least subnormal being 2^-74.5, so no flush-to-zero mode sets
+// them apart): the kernels skip that division, one of the three operations a vector that
+// wait on the core's divider, and give AdamWElement's bits.
 struct Coeffs256 {
   __m256 scale, decay, b1, omb1, b2, omb2, bias2, eps, nss;
   bool unit_bias2;
@@ -64,7 +63,7 @@ SLIDEDP_AVX2 inline Coeffs256 Broadcast256(const Coeffs& c) {
   return {_mm256_set1_ps(c.grad_scale), _mm256_set1_ps(c.decay),      _mm256_set1_ps(c.beta1),
           _mm256_set1_ps(c.one_minus_beta1), _mm256_set1_ps(c.beta2), _mm256_set1_ps(c.one_minus_beta2),
           _mm256_set1_ps(c.bias2_sqrt), _mm256_set1_ps(c.eps),        _mm256_set1_ps(c.neg_step_size),
-          c.bias2_sqrt == 1.0f};
+          UnitBias2(c)};
 }
 SLIDEDP_AVX2 inline __m256 Step256(const Coeffs256& k, __m256 g_raw, __m256 p, __m256& m, __m256& v, __m256& root) {
   const __m256 gi = _mm256_mul_ps(k.scale, g_raw);
@@ -118,7 +117,7 @@ SLIDEDP_AVX512 inline Coeffs512 Broadcast512(const Coeffs& c) {
   return {_mm512_set1_ps(c.grad_scale), _mm512_set1_ps(c.decay),      _mm512_set1_ps(c.beta1),
           _mm512_set1_ps(c.one_minus_beta1), _mm512_set1_ps(c.beta2), _mm512_set1_ps(c.one_minus_beta2),
           _mm512_set1_ps(c.bias2_sqrt), _mm512_set1_ps(c.eps),        _mm512_set1_ps(c.neg_step_size),
-          c.bias2_sqrt == 1.0f};
+          UnitBias2(c)};
 }
 SLIDEDP_AVX512 inline __m512 Step512(const Coeffs512& k, __m512 g_raw, __m512 p, __m512& m, __m512& v,
                                      __m512& root) {

@@ -257,7 +257,7 @@ void BenchMomentDtypes(int64_t n, const std::vector<int>& thread_counts, int64_t
   std::printf("\n== %lld parameters, bf16 gradient in the streamed copy, by optimizer.state_dtype "
               "(steps from %lld, bias correction %s)\n",
               static_cast<long long>(n), static_cast<long long>(first_step + 1),
-              adamw_internal::MakeCoeffs(at_first).bias2_sqrt == 1.0f ? "exactly 1" : "below 1 at first");
+              adamw_internal::UnitBias2(adamw_internal::MakeCoeffs(at_first)) ? "exactly 1" : "below 1 at first");
   std::printf("%8s  %6s  %12s  %8s  %10s  %8s\n", "threads", "dtype", "Mparam/s", "vs fp32", "bytes/param",
               "GB/s");
   for (int threads : thread_counts) {

@@ -128,7 +128,7 @@ int Main(int argc, char** argv) {
   const std::vector<Coeffs> coeffs{c};
   const RoundingSeed seed{0, step};
   std::printf("step %lld (bias correction %s): ", static_cast<long long>(step),
-              c.bias2_sqrt == 1.0f ? "exactly 1" : "below 1");
+              adamw_internal::UnitBias2(c) ? "exactly 1" : "below 1");
   std::printf("kernel %s, %lld elements a thread (%.2f MB of int8 state), %d updates; Mparam/s\n",
               adamw_internal::IsaName(isa), static_cast<long long>(n), 16.0 * n / 1e6, reps);
   std::printf("%8s  %-17s %10s %12s\n", "threads", "kernel", "total", "per thread");
