@@ -70,10 +70,12 @@ struct Tile {
 enum Kernel { kInt8Tile, kInt8Encode, kFp32OnePass, kBf16OnePass, kKernels };
 const char* const kNames[kKernels] = {"int8 one-pass", "int8 encode only", "fp32 one-pass", "bf16 one-pass"};
 
-// One update of tile `t` with kernel `k`; the int8 one takes its one decay span and its
-// coefficients as vectors (`spans`, `coeffs`: [0, n) with c), made once by the caller.
-void Run(Kernel k, Isa isa, const Coeffs& c, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs,
-         Tile& t, int64_t n, const RoundingSeed& seed) {
+// One update of tile `t` with kernel `k`: one decay span over [0, n) with its
+// coefficients (`spans`, `coeffs`, made once by the caller; the int8 kernel takes them as
+// vectors, the others coeffs[0]).
+void Run(Kernel k, Isa isa, const std::vector<DecaySpan>& spans, const std::vector<Coeffs>& coeffs, Tile& t,
+         int64_t n, const RoundingSeed& seed) {
+  const Coeffs& c = coeffs.front();
   switch (k) {
     case kInt8Tile:
       AdamWInt8Tile(isa, spans, coeffs, 0, n, t.p.data(), nullptr, t.gp.data(), t.Int8(), seed);
@@ -151,7 +153,7 @@ int Main(int argc, char** argv) {
           }
           const double t0 = Now();
           for (int r = 0; r < reps; ++r) {
-            Run(static_cast<Kernel>(k), isa, c, spans, coeffs, tile, n, seed);
+            Run(static_cast<Kernel>(k), isa, spans, coeffs, tile, n, seed);
             if (r % 64 == 63) tile.gp = tile.grad0;
           }
           seconds[t] = Now() - t0;
