@@ -13,6 +13,7 @@
 
 #include "runtime/model/model_config.h"
 #include "runtime/plan/memory_estimate.h"
+#include "runtime/state/moment_codec.h"
 
 namespace slidedp {
 namespace {
@@ -23,7 +24,9 @@ TEST(MemoryEstimate, CoversTheReservedPeaksMeasuredOnAnH100AndStaysWithinSixGiBO
   // step_bench on an H100 80GB (prefetch 2, loss chunk 4096, micro-batches of 4 x 4096
   // unless said, activations on the device): the reserved peak of the caching allocator,
   // GiB; the last three runs of 2026-12-06's eighth session, the largest of the runs
-  // with and without weight sinks (weight_grad.h). (The
+  // with and without weight sinks (weight_grad.h); the ninth session's 7.62B plans with
+  // resident units and kept blocks at 16 and 32 x 4096 (fp32 moments); the twelfth's at
+  // 4 x 4096 in one micro-batch, fp32 and int8 moments. (The
   // policy's own plan for the 3.09B at 64 x 4096, 31 kept, is not here: the worker put
   // the other blocks' inputs in host memory, which this estimate of device placement
   // does not describe.)
@@ -32,20 +35,26 @@ TEST(MemoryEstimate, CoversTheReservedPeaksMeasuredOnAnH100AndStaysWithinSixGiBO
     int64_t sequences, kept, resident;
     double reserved_gib;
     int64_t micro = 4;
+    MomentDtype moments = MomentDtype::kFp32;
   };
   const std::vector<Measured> runs = {
       {"qwen2.5-3b", 64, 36, 0, 65.2},    {"qwen2.5-3b", 64, 36, 4, 74.3},    {"qwen2.5-3b", 16, 16, 14, 61.9},
       {"qwen2.5-7b", 32, 5, 0, 58.1},     {"qwen2.5-7b", 32, 10, 0, 69.2},    {"qwen2.5-7b", 32, 14, 0, 78.1},
       {"qwen2.5-7b", 32, 9, 0, 67.0},     {"qwen2.5-7b", 32, 18, 0, 69.6, 2}, {"qwen2.5-7b", 32, 28, 0, 71.8, 1},
+      {"qwen2.5-7b", 16, 0, 7, 66.3},     {"qwen2.5-7b", 16, 1, 7, 66.0, 2},  {"qwen2.5-7b", 16, 19, 0, 65.6, 2},
+      {"qwen2.5-7b", 16, 25, 0, 65.8, 1}, {"qwen2.5-7b", 16, 12, 0, 65.8},    {"qwen2.5-7b", 16, 6, 3, 66.5},
+      {"qwen2.5-7b", 16, 4, 4, 65.0},     {"qwen2.5-7b", 32, 16, 0, 65.9, 2}, {"qwen2.5-7b", 4, 1, 9, 66.4},
+      {"qwen2.5-7b", 4, 0, 15, 67.0, 4, MomentDtype::kInt8},                  {"qwen2.5-7b", 4, 14, 0, 65.2, 4, MomentDtype::kInt8},
   };
   for (const Measured& r : runs) {
     SCOPED_TRACE(std::string(r.model) + " " + std::to_string(r.sequences) + " x 4096 in micro-batches of " +
                  std::to_string(r.micro) + ", " + std::to_string(r.kept) + " kept, " + std::to_string(r.resident) +
-                 " resident");
+                 " resident, moments " + NameOf(r.moments));
     const ModelShape shape = ShapeOf(*PresetConfig(r.model));
     JobShape job = SweepJob();
     job.sequences = r.sequences;
     job.seq_len = 4096;
+    job.moments = r.moments;  // a resident unit's bytes (residency.h)
     PlanKnobs k = SweepKnobs(r.micro, r.sequences / r.micro);  // prefetch 2, activations on the device
     k.policy.loss_chunk_tokens = 4096;
     k.policy.kept_blocks = r.kept;
