@@ -78,7 +78,7 @@ int Main(int argc, char** argv) {
               static_cast<long long>((*trainer)->Plan().knobs.policy.resident_units));
   // The step loop and its summary for the plan the trainer has now.
   auto run = [&](const std::string& label) -> bool {
-    double sum_t = 0, sum_tok = 0;
+    double sum_t = 0, sum_tok = 0, sum_predicted = 0;
     int64_t h2d = 0, d2h = 0, gpu_peak = 0, gpu_reserved = 0;
     for (int64_t s = 0; s < c.steps; ++s) {
       auto st = (*trainer)->Step();
@@ -95,6 +95,7 @@ int Main(int argc, char** argv) {
       std::fflush(stdout);
       if (s > 0 || c.steps == 1) {
         sum_t += st->step_seconds;
+        sum_predicted += st->predicted_step_seconds;
         sum_tok += static_cast<double>(st->tokens);
         h2d = st->h2d_bytes;
         d2h = st->d2h_bytes;
@@ -112,8 +113,8 @@ int Main(int argc, char** argv) {
     // what the plan's memory estimate predicted (runtime/plan/memory_estimate.h; the
     // configured budget is in the label).
     const double predicted_memory = (*trainer)->Plan().prediction.memory.total;
-    std::printf("%smean of %d step%s: %.3f s/step | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB (reserved %.1f, predicted %.1f)\n",
-                label.c_str(), static_cast<int>(n), c.steps == 1 ? " (the first)" : "s", t, tok / t,
+    std::printf("%smean of %d step%s: %.3f s/step (predicted %.3f) | %.0f tokens/s | MFU %.1f%% | PCIe h2d %.2f GB d2h %.2f GB per step (minimum %.2f each) | peak RSS %.1f GiB | GPU peak %.1f GiB (reserved %.1f, predicted %.1f)\n",
+                label.c_str(), static_cast<int>(n), c.steps == 1 ? " (the first)" : "s", t, sum_predicted / n, tok / t,
                 100.0 * flops / t / (790e12 * c.workers), h2d / 1e9, d2h / 1e9, 2.0 * params / 1e9, PeakRssGiB(),
                 gpu_peak / double(1 << 30), gpu_reserved / double(1 << 30),
                 predicted_memory / double(1 << 30));
