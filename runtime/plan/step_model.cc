@@ -28,16 +28,12 @@ int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKn
     if (base >= usable) return 0;
     most = ResidentUnitsWithin(shape.unit_params, job.workers, job.param_bytes, usable - base, job.moments);
   }
-  // None and eighths of the most, each with the kept blocks the memory then leaves;
-  // ascending, so that ties keep fewer resident units.
-  constexpr int kParts = 8;
+  // Every count from none to the most (a prediction costs tens of microseconds), each
+  // with the kept blocks the memory then leaves; ascending, so that ties keep fewer
+  // resident units.
   int64_t best = -1;
   double best_s = 0.0;
-  int64_t previous = -1;
-  for (int i = 0; i <= kParts; ++i) {
-    const int64_t n = most * i / kParts;
-    if (n == previous) continue;
-    previous = n;
+  for (int64_t n = 0; n <= most; ++n) {
     PlanKnobs k = knobs;
     k.policy.resident_units = n;
     if (k.policy.kept_blocks < 0) k.policy.kept_blocks = KeptBlocks(shape, job, k, memory_bytes);

@@ -59,9 +59,10 @@ inline constexpr const char* kResNetwork = "network";
 // runtime/plan/residency.h places them): policy.resident_units when >= 0 (at most the
 // units). For -1 (auto): none on the cpu device and over several hosts (each host
 // would choose from its own GPUs, and their sums through host memory are predicted
-// slower than streaming there); on cuda the count with the least predicted step time (PredictStep with `rates`) among none and
-// eighths of the most that fit: whose resident bytes (on the rank holding most) and the
-// EstimateMemory of the plan with no kept blocks fit in 90% of `memory_bytes` (all
+// slower than streaming there); on cuda the count with the least predicted step time
+// (PredictStep with `rates`) among none to the most that fit: whose resident bytes (on
+// the rank holding most) and the EstimateMemory of the plan with no kept blocks fit in
+// 90% of `memory_bytes` (all
 // units when `memory_bytes` is 0, no limit known). Kept blocks and resident units
 // compete for the same memory: with policy.kept_blocks -1 each count is predicted with
 // the kept blocks KeptBlocks leaves it, so the pair is chosen jointly; ties go to fewer
