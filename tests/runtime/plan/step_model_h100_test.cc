@@ -12,6 +12,7 @@
 #include "runtime/model/model_config.h"
 #include "runtime/plan/memory_estimate.h"
 #include "runtime/plan/step_model.h"
+#include "runtime/state/moment_codec.h"
 #include "tests/runtime/plan/plan_test_shapes.h"
 
 namespace slidedp {
@@ -64,6 +65,32 @@ TEST(StepModel, MatchesTheH100RunsOfThisEngine) {
                 run.seconds, p, 100 * (p / run.seconds - 1));
     EXPECT_NEAR(p / run.seconds, 1.0, 0.025) << run.sequences << " in " << run.mbs << ", " << run.resident
                                              << " resident, " << run.kept << " kept";
+  }
+}
+
+// The twelfth session's runs (RESULTS.md, "H100 host, one GPU, 2026-12-06 (twelfth
+// session)"): 4 x 4096 in one micro-batch of 4, the plans the worker resolved on the
+// H100 (and int8 with nothing resident), the model given each run's moments. int8 within
+// 3.5% (-2.8% and -0.2%): issue 21's H200 goal at this batch rests on int8's prediction;
+// fp32 within 7% (+6.5%, not explained: this host's update rate was not measured; its
+// fp32 update 10% faster than the default rate would account for it).
+TEST(StepModel, MatchesTheH100RunsInOneMicroBatchOfFour) {
+  struct Run {
+    MomentDtype moments;
+    int64_t resident, kept;
+    double seconds, tolerance;
+  };
+  for (const Run& run : {Run{MomentDtype::kInt8, 15, 0, 1.769, 0.035}, Run{MomentDtype::kInt8, 0, 14, 2.041, 0.035},
+                         Run{MomentDtype::kFp32, 9, 1, 2.156, 0.07}}) {
+    const ModelShape s = Qwen7B();
+    JobShape job = Job(4);
+    job.moments = run.moments;
+    job.update_bytes_per_param = 12.0 + 2.0 * MomentBytesPerParam(run.moments);
+    const double p = PredictStep(s, job, Knobs(4, 4, run.resident, run.kept), DefaultRates(s, job)).step_seconds;
+    std::printf("4 x 4096 in 4, %s, %lld resident, %lld kept: measured %.3f predicted %.3f (%+.1f%%)\n",
+                NameOf(run.moments), (long long)run.resident, (long long)run.kept, run.seconds, p,
+                100 * (p / run.seconds - 1));
+    EXPECT_NEAR(p / run.seconds, 1.0, run.tolerance) << NameOf(run.moments) << ", " << run.resident << " resident";
   }
 }
 
