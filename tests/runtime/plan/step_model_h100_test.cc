@@ -73,7 +73,7 @@ TEST(StepModel, MatchesTheH100RunsOfThisEngine) {
 // H100 (and int8 with nothing resident), the model given each run's moments. int8 within
 // 3.5% (-2.8% and -0.2%): issue 21's H200 goal at this batch rests on int8's prediction;
 // fp32 within 7% (+6.5%, not explained: this host's update rate was not measured; its
-// fp32 update 10% faster than the default rate would account for it).
+// fp32 update 10% faster than the default rate would account for most of it).
 TEST(StepModel, MatchesTheH100RunsInOneMicroBatchOfFour) {
   struct Run {
     MomentDtype moments;
