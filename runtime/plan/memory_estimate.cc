@@ -31,6 +31,11 @@ int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanK
   return s.tokens_micro * (elements * job.param_bytes + fp32_stats) + padded * (job.param_bytes + 4);
 }
 
+int64_t AutoCountsBytes(int64_t memory_bytes) {
+  constexpr int64_t kMostLeftFree = int64_t{6} << 30;
+  return memory_bytes - std::min(memory_bytes / 10, kMostLeftFree);
+}
+
 int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t memory_bytes) {
   const int64_t requested = knobs.policy.kept_blocks;
   if (requested >= 0) return std::min(requested, shape.layers);
@@ -43,9 +48,7 @@ int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs
   const int64_t act_unit = SizesOf(shape, job, knobs).tokens_worker * shape.hidden * job.param_bytes;
   const int64_t per_block = std::max<int64_t>(
       1, KeptBlockBytes(shape, job, knobs) - (knobs.policy.activations == ActivationPlacement::kHost ? 0 : act_unit));
-  // A tenth of the memory stays free: the caching allocator's fragmentation grows with
-  // the many differently sized tensors a kept graph holds.
-  const int64_t usable = memory_bytes / 10 * 9;
+  const int64_t usable = AutoCountsBytes(memory_bytes);
   if (base >= usable) return 0;
   return std::min(shape.layers, (usable - base) / per_block);
 }

@@ -23,7 +23,7 @@ int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKn
     PlanKnobs bare = knobs;
     bare.policy.resident_units = 0;
     bare.policy.kept_blocks = 0;
-    const int64_t usable = memory_bytes / 10 * 9;
+    const int64_t usable = AutoCountsBytes(memory_bytes);
     const int64_t base = EstimateMemory(shape, job, bare).total;
     if (base >= usable) return 0;
     most = ResidentUnitsWithin(shape.unit_params, job.workers, job.param_bytes, usable - base, job.moments);

@@ -62,7 +62,7 @@ inline constexpr const char* kResNetwork = "network";
 // slower than streaming there); on cuda the count with the least predicted step time
 // (PredictStep with `rates`) among none to the most that fit: whose resident bytes (on
 // the rank holding most) and the EstimateMemory of the plan with no kept blocks fit in
-// 90% of `memory_bytes` (all
+// AutoCountsBytes(`memory_bytes`) (memory_estimate.h; all
 // units when `memory_bytes` is 0, no limit known). Kept blocks and resident units
 // compete for the same memory: with policy.kept_blocks -1 each count is predicted with
 // the kept blocks KeptBlocks leaves it, so the pair is chosen jointly; ties go to fewer

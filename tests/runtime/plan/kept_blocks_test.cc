@@ -91,10 +91,10 @@ TEST(KeptBlocks, AutoKeepsTheMostThatFitInNineTenthsOfTheMemory) {
       ASSERT_GE(kept, 0);
       ASSERT_LE(kept, s.layers);
       if (kept > 0) {
-        EXPECT_LE(EstimateMemory(s, job, Knobs(4, sequences / 4, kept)).total, memory / 10 * 9);
+        EXPECT_LE(EstimateMemory(s, job, Knobs(4, sequences / 4, kept)).total, AutoCountsBytes(memory));
       }
       if (kept < s.layers) {
-        EXPECT_GT(EstimateMemory(s, job, Knobs(4, sequences / 4, kept + 1)).total, memory / 10 * 9);
+        EXPECT_GT(EstimateMemory(s, job, Knobs(4, sequences / 4, kept + 1)).total, AutoCountsBytes(memory));
       }
     }
   }

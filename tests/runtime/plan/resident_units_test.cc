@@ -262,8 +262,8 @@ TEST(ResidentUnits, EstimateMemoryGrowsByTheirBytesAndKeptBlocksGiveWay) {
   const int64_t kept0 = KeptBlocks(s, job, Knobs(4, 4, 0, -1), memory);
   const int64_t kept20 = KeptBlocks(s, job, Knobs(4, 4, 20, -1), memory);
   EXPECT_LT(kept20, kept0);
-  EXPECT_LE(EstimateMemory(s, job, Knobs(4, 4, 20, kept20)).total, memory / 10 * 9);
-  EXPECT_GT(EstimateMemory(s, job, Knobs(4, 4, 20, kept20 + 1)).total, memory / 10 * 9);
+  EXPECT_LE(EstimateMemory(s, job, Knobs(4, 4, 20, kept20)).total, AutoCountsBytes(memory));
+  EXPECT_GT(EstimateMemory(s, job, Knobs(4, 4, 20, kept20 + 1)).total, AutoCountsBytes(memory));
 }
 
 // ---------------------------------------------------------------------------------
@@ -309,13 +309,13 @@ TEST(ResidentUnits, AutoMakesUnitsResidentAtSmallBatchOnTheH200) {
   EXPECT_EQ(none.bottleneck, kResCpuUpdate);
   EXPECT_EQ(resident.bottleneck, kResGpu);
   EXPECT_LT(resident.step_seconds, 0.7 * none.step_seconds);
-  EXPECT_LE(resident.memory.total, memory / 10 * 9);
+  EXPECT_LE(resident.memory.total, AutoCountsBytes(memory));
   // The best count of all (auto tries every count that fits).
   double best = none.step_seconds;
   for (int64_t n = 1; n <= s.num_units(); ++n) {
     PlanKnobs k = Knobs(4, 1, n, -1);
     k.policy.kept_blocks = KeptBlocks(s, job, k, memory);
-    if (EstimateMemory(s, job, k).total <= memory / 10 * 9) best = std::min(best, PredictStep(s, job, k, r).step_seconds);
+    if (EstimateMemory(s, job, k).total <= AutoCountsBytes(memory)) best = std::min(best, PredictStep(s, job, k, r).step_seconds);
   }
   EXPECT_LE(resident.step_seconds, (1 + 1e-6) * best);
   // No limit known: every unit may be resident; a smaller GPU holds fewer.
@@ -361,7 +361,7 @@ TEST(ResidentUnits, CompactMomentsFitMoreUnitsAndAutoMakesThemResident) {
   resident.policy.kept_blocks = KeptBlocks(s, job, resident, memory);
   const StepPrediction p0 = PredictStep(s, job, none, r), p1 = PredictStep(s, job, resident, r);
   EXPECT_LT(p1.step_seconds, p0.step_seconds);
-  EXPECT_LE(p1.memory.total, memory / 10 * 9);
+  EXPECT_LE(p1.memory.total, AutoCountsBytes(memory));
   // The int8 update on the GPU moves 18 bytes a parameter to fp32's 30.
   JobShape fp32_job = Job(4, 4096);
   EXPECT_NEAR(r.gpu_update_params_per_s / DefaultRates(s, fp32_job).gpu_update_params_per_s, 30.0 / 18.0625, 1e-9);
