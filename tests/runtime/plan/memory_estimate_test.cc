@@ -21,8 +21,9 @@ namespace {
 using namespace slidedp::testing;  // plan_test_shapes.h
 
 TEST(MemoryEstimate, CoversTheReservedPeaksMeasuredOnH100sAndAnH200AndStaysWithinSixGiBOfThem) {
-  // step_bench on an H100 80GB, the last four on an H200 (prefetch 2, loss chunk 4096, micro-batches of 4 x 4096
-  // unless said, activations on the device): the reserved peak of the caching allocator,
+  // step_bench on an H100 80GB, the last four on an H200 (prefetch 2, loss chunk 4096,
+  // micro-batches of 4 x 4096 unless said, activations on the device): the reserved
+  // peak of the caching allocator,
   // GiB; the last three runs of 2026-12-06's eighth session, the largest of the runs
   // with and without weight sinks (weight_grad.h); the ninth session's 7.62B plans with
   // resident units and kept blocks at 16 and 32 x 4096 (fp32 moments); the twelfth's at

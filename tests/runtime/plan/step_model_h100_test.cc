@@ -12,7 +12,8 @@
 #include "runtime/model/model_config.h"
 #include "runtime/plan/memory_estimate.h"
 #include "runtime/plan/step_model.h"
-#include "runtime/state/moment_codec.h"
+#include "runtime/plan/job_knobs.h"
+#include "runtime/train_config.h"
 #include "tests/runtime/plan/plan_test_shapes.h"
 
 namespace slidedp {
@@ -83,9 +84,11 @@ TEST(StepModel, MatchesTheH100RunsInOneMicroBatchOfFour) {
   for (const Run& run : {Run{MomentDtype::kInt8, 15, 0, 1.769, 0.035}, Run{MomentDtype::kInt8, 0, 14, 2.041, 0.035},
                          Run{MomentDtype::kFp32, 9, 1, 2.156, 0.07}}) {
     const ModelShape s = Qwen7B();
+    TrainConfig moments;
+    moments.optimizer.state_dtype = run.moments;
     JobShape job = Job(4);
     job.moments = run.moments;
-    job.update_bytes_per_param = 12.0 + 2.0 * MomentBytesPerParam(run.moments);
+    job.update_bytes_per_param = JobShapeOf(moments).update_bytes_per_param;  // the worker's
     const double p = PredictStep(s, job, Knobs(4, 4, run.resident, run.kept), DefaultRates(s, job)).step_seconds;
     std::printf("4 x 4096 in 4, %s, %lld resident, %lld kept: measured %.3f predicted %.3f (%+.1f%%)\n",
                 NameOf(run.moments), (long long)run.resident, (long long)run.kept, run.seconds, p,
