@@ -106,7 +106,7 @@ Landing IssueGradLanding(GradRoute route, int rank, RouteShared& shared, HostSta
       auto use = streams.Use(on);
       if (world > 1) {
         shared.comm->Reduce(rank, grad, l.lands ? resident.grad(u) : at::Tensor(), owner);
-      } else {
+      } else if (!grad.is_same(resident.grad(u))) {  // a kept block accumulates there itself
         resident.grad(u).copy_(grad);
       }
       if (l.lands) {

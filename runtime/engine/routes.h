@@ -57,8 +57,9 @@ struct TransferCounters {
 // worker's device): the H2D stream waits for `slot_free`, copies (this rank's 1/W for
 // scatter_allgather, then the all-gather on the collective stream). Returns the event
 // after which `slot` holds the unit. A resident unit (shared.resident) is not copied:
-// its owner reads ResidentParams, the other ranks receive it in `slot` by a broadcast
-// from the owner on the collective stream.
+// its owner reads ResidentParams (its `slot` unused, undefined for a kept block), the
+// other ranks receive it in `slot` by a broadcast from the owner on the collective
+// stream.
 Event FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState& state, int u,
                 at::Tensor slot, DeviceStreams& streams, const Event& slot_free,
                 TransferCounters& counters);
@@ -90,7 +91,9 @@ struct Landing {
 // Reduces across devices if the route does, computes the squared norm on the device,
 // converts to the landing dtype and copies down on the D2H stream. A resident unit's
 // gradient goes to its owner's resident buffer instead (a copy, or a reduce to the
-// owner whatever the route), and only its squared norm is copied down.
+// owner whatever the route; `grad` may be that buffer itself on the owner, as a
+// resident kept block's is, then no copy and an in-place reduce), and only its squared
+// norm is copied down.
 Landing IssueGradLanding(GradRoute route, int rank, RouteShared& shared, HostState& state, int u,
                          int64_t step, const at::Tensor& grad, const Event& ready,
                          LandingBuffers& bufs, DeviceStreams& streams, TransferCounters& counters);

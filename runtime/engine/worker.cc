@@ -91,14 +91,19 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
   auto padded = [&](int64_t n) { return W * SliceLength(std::max<int64_t>(n, 1), W); };
   const at::TensorOptions on_dev = at::TensorOptions().device(device);
   // The ring of slots (step_schedule.h: one computing, `depth` in flight, one more for
-  // the tied head), then one slot and one fp32 accumulator for each kept block.
+  // the tied head), then one slot and one fp32 accumulator for each kept block, except
+  // a kept block resident on this rank: it reads its resident copy and accumulates into
+  // its resident gradient (memory_estimate.h's KeptResidentSaving counts it so).
   const int S = schedule_.num_slots();
   for (int s = 0; s < S; ++s) {
-    const int64_t n = s < schedule_.ring_slots() ? max_numel : max_block;
-    slots_.push_back(at::empty({padded(n)}, on_dev.dtype(state->compute_dtype())));
+    const bool ring = s < schedule_.ring_slots();
+    const bool own = !ring && OwnsResident(schedule_.first_kept_unit() + (s - schedule_.ring_slots()));
+    slots_.push_back(own ? at::Tensor()
+                         : at::empty({padded(ring ? max_numel : max_block)}, on_dev.dtype(state->compute_dtype())));
   }
   for (int k = 0; k < schedule_.kept_blocks(); ++k) {
-    kept_acc_.push_back(at::empty({padded(max_block)}, on_dev.dtype(at::kFloat)));
+    const bool own = OwnsResident(schedule_.first_kept_unit() + k);
+    kept_acc_.push_back(own ? at::Tensor() : at::empty({padded(max_block)}, on_dev.dtype(at::kFloat)));
   }
   kept_acc_free_.resize(kept_acc_.size());
   fetched_.resize(S);
@@ -411,7 +416,7 @@ void Worker::Fetch(int64_t step, int item, WorkerStepResult& r) {
   r.wait_seconds += pipeline_->WaitParamsReady(u, step);
   streams_->Wait(StreamKind::kH2D, slot_free_[s]);
   const Event begin = trace_ != nullptr ? streams_->Record(StreamKind::kH2D) : Event();
-  at::Tensor slot = slots_[s].narrow(0, 0, state_->layout().units[u].numel);
+  at::Tensor slot = SlotOf(s, u);
   fetched_[s] = FetchUnit(param_route_, rank_, *shared_, *state_, u, slot, *streams_, Event(), r.transfers);
   if (fetched_[s].pending()) Span(StreamKind::kH2D, "fetch " + schedule_.unit_name(u), begin, fetched_[s]);
 }
@@ -423,9 +428,7 @@ at::Tensor Worker::Acquire(int64_t step, int item, WorkerStepResult& r) {
   if (trace_ != nullptr) compute_begin_[it.slot] = streams_->Record(StreamKind::kCompute);
   streams_->RangeStart(Phase(it.use, pass_) + schedule_.unit_name(it.unit));
   // A resident unit's owner reads its resident copy instead of the slot.
-  const at::Tensor slot = ResidentParams(rank_, *shared_, it.unit,
-                                         slots_[it.slot].narrow(0, 0, state_->layout().units[it.unit].numel),
-                                         *streams_);
+  const at::Tensor slot = ResidentParams(rank_, *shared_, it.unit, SlotOf(it.slot, it.unit), *streams_);
   if (it.prefetch_at == StepSchedule::PrefetchAt::kAcquire) Fetch(step, it.prefetch, r);
   return slot;
 }
@@ -451,6 +454,15 @@ void Worker::Release(int64_t step, int item, WorkerStepResult& r) {
   if (it.prefetch_at == StepSchedule::PrefetchAt::kRelease) Fetch(step, it.prefetch, r);
 }
 
+bool Worker::OwnsResident(int u) const {
+  return shared_->resident != nullptr && shared_->resident->resident(u) && shared_->resident->owner(u) == rank_;
+}
+
+at::Tensor Worker::SlotOf(int s, int u) const {
+  // Undefined for a kept block resident on this rank: routes.h reads its resident copy.
+  return slots_[s].defined() ? slots_[s].narrow(0, 0, state_->layout().units[u].numel) : at::Tensor();
+}
+
 at::Tensor Worker::GradBuffer(int u) {
   MaybeInjectOutOfMemory();
   const int64_t n = state_->layout().units[u].numel;
@@ -461,7 +473,9 @@ at::Tensor Worker::GradBuffer(int u) {
   } else if (schedule_.kept(u)) {
     const int j = u - schedule_.first_kept_unit();
     streams_->Wait(StreamKind::kCompute, kept_acc_free_[j]);
-    g = kept_acc_[j].narrow(0, 0, n);
+    // A kept block resident on this rank accumulates into its resident gradient (its
+    // last update read it before this step's forward of the block, which waited for it).
+    g = OwnsResident(u) ? shared_->resident->grad(u) : kept_acc_[j].narrow(0, 0, n);
   } else {
     streams_->Wait(StreamKind::kCompute, gacc_free_[next_gacc_]);
     g = gacc_[next_gacc_].narrow(0, 0, n);

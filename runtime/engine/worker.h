@@ -127,6 +127,11 @@ class Worker {
   // The gradient stream: unit u's fp32 accumulator (the embedding's, a kept block's own,
   // else the ring's next entry), then its landing (through the ring's landing buffers).
   at::Tensor GradBuffer(int u);  // fp32 [numel] on the device, ready to be written
+  // Unit `u` is resident on this worker's GPU (its owner's: routes.h's ResidentParams).
+  bool OwnsResident(int u) const;
+  // Slot `s` narrowed to unit `u`'s parameters; undefined where the slot is not
+  // allocated (a kept block this worker owns resident).
+  at::Tensor SlotOf(int s, int u) const;
   void Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
 
   // Activation placement "host": a unit's saved inputs go to pinned host memory on the
@@ -200,7 +205,8 @@ class Worker {
   const StopToken* const stop_;
 
   // The step's schedule (fetch order, slots, unit names) and the slots, allocated once:
-  // the ring's with the largest unit's size, the kept blocks' with the largest block's.
+  // the ring's with the largest unit's size, the kept blocks' with the largest block's
+  // (none for a kept block resident on this rank: SlotOf gives an undefined tensor).
   const StepSchedule schedule_;
   std::vector<at::Tensor> slots_;
   std::vector<Event> fetched_;
@@ -217,7 +223,8 @@ class Worker {
   int next_gacc_ = 0;
   at::Tensor emb_acc_;
   Event emb_free_;
-  std::vector<at::Tensor> kept_acc_;  // per kept block, first kept unit first
+  std::vector<at::Tensor> kept_acc_;  // per kept block, first kept unit first; undefined
+                                      // for one resident on this rank (OwnsResident)
   std::vector<Event> kept_acc_free_;
   std::vector<LandingBuffers> land_bufs_;  // one per gacc ring entry, and the embedding's
 

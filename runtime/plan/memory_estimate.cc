@@ -2,6 +2,7 @@
 #include "runtime/plan/memory_estimate.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "runtime/plan/step_schedule.h"
 
@@ -11,6 +12,15 @@ namespace {
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A kept block's own parameter slot (compute dtype) and fp32 accumulator, the size of
+// the largest block in W equal slices (the worker's buffers).
+int64_t KeptBlockOwnBytes(const ModelShape& shape, const JobShape& job) {
+  const int W = std::max(1, job.workers);
+  int64_t max_block = 0;
+  for (int u = 1; u + 1 < shape.num_units(); ++u) max_block = std::max(max_block, shape.unit_params[u]);
+  return W * CeilDiv(std::max<int64_t>(max_block, 1), W) * (job.param_bytes + 4);
+}
 
 }  // namespace
 
@@ -24,11 +34,19 @@ int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanK
   const int64_t elements =
       4 * shape.hidden + 2 * q + 2 * kv + (shape.qk_norm ? q + kv : 0) + (tiled ? 0 : 2 * shape.ffn);
   const int64_t fp32_stats = (2 + shape.heads) * 4;
+  return s.tokens_micro * (elements * job.param_bytes + fp32_stats) + KeptBlockOwnBytes(shape, job);
+}
+
+int64_t KeptResidentSaving(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t kept) {
+  const Residency r = ResidencyOf(shape, job, knobs);
+  if (r.units == 0 || kept <= 0) return 0;
   const int W = std::max(1, job.workers);
-  int64_t max_block = 0;
-  for (int u = 1; u + 1 < shape.num_units(); ++u) max_block = std::max(max_block, shape.unit_params[u]);
-  const int64_t padded = W * CeilDiv(std::max<int64_t>(max_block, 1), W);
-  return s.tokens_micro * (elements * job.param_bytes + fp32_stats) + padded * (job.param_bytes + 4);
+  const int head = shape.num_units() - 1;
+  std::vector<int64_t> owned(W, 0);
+  for (int u = std::max(1, head - static_cast<int>(kept)); u < head; ++u) {
+    if (r.resident(u)) ++owned[r.owner[u]];
+  }
+  return *std::min_element(owned.begin(), owned.end()) * KeptBlockOwnBytes(shape, job);
 }
 
 int64_t AutoCountsBytes(int64_t memory_bytes) {
@@ -49,8 +67,13 @@ int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs
   const int64_t per_block = std::max<int64_t>(
       1, KeptBlockBytes(shape, job, knobs) - (knobs.policy.activations == ActivationPlacement::kHost ? 0 : act_unit));
   const int64_t usable = AutoCountsBytes(memory_bytes);
-  if (base >= usable) return 0;
-  return std::min(shape.layers, (usable - base) / per_block);
+  // The most that fit; a kept block that is also resident takes less (KeptResidentSaving).
+  int64_t kept = 0;
+  while (kept < shape.layers &&
+         base + (kept + 1) * per_block - KeptResidentSaving(shape, job, knobs, kept + 1) <= usable) {
+    ++kept;
+  }
+  return kept;
 }
 
 MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
@@ -72,7 +95,7 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
   // Kept blocks hold their graph (their input in it) and are never offloaded.
   const int64_t kept = KeptBlocks(shape, job, k, 0);
   m.activations = (k.policy.activations == ActivationPlacement::kHost ? 2 * act_unit : (shape.layers - kept) * act_unit) +
-                  kept * KeptBlockBytes(shape, job, k);
+                  kept * KeptBlockBytes(shape, job, k) - KeptResidentSaving(shape, job, k, kept);
   // A micro-batch through a block with autograd (q, k, v, attention, the MLP's gate, up
   // and product, norms, residuals, and their gradients), the hidden states and their
   // gradients of every micro-batch, and the block's parameter gradients.

@@ -134,6 +134,59 @@ INSTANTIATE_TEST_SUITE_P(WorkersAndRoutes, ResidentWorkers,
                                   "_" + std::get<2>(info.param);
                          });
 
+// A kept block that is also resident has no slot or accumulator of its own on its
+// owner: it reads the resident copy, and its micro-batches add into the resident
+// gradient, which the landing then reduces in place (W > 1) or leaves (W = 1). 3 blocks,
+// all kept, two micro-batches a worker: one worker gives the streamed run's bits (kept,
+// nothing resident) for 1, 2, 3 and all 5 units resident; two workers, every gradient
+// route, the weights of plain autograd within 1e-5, with the blocks spread over both
+// ranks (each owner reads its copy, the other receives it).
+class ResidentKeptBlocks : public ::testing::TestWithParam<std::tuple<int, int, std::string>> {};
+
+TEST_P(ResidentKeptBlocks, EqualTheStreamedRunAndPlainAutograd) {
+  auto [world, resident, grad_route] = GetParam();
+  ModelConfig c = TinyShape(ModelFamily::kQwen2);
+  c.num_layers = 3;
+  const std::string dir = ::testing::TempDir() + "/resident_kept_w" + std::to_string(world) + "_" +
+                          std::to_string(resident) + "_" + grad_route;
+  std::filesystem::remove_all(dir);
+  const Weights init = MakeModelDir(c, dir + "/init", 47);
+  TrainConfig tc = BaseConfig(dir + "/init");
+  tc.workers = world;
+  tc.micro_batch_size = 2;
+  tc.grad_accum = 4 / world;
+  tc.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
+  tc.policy.kept_blocks = 3;
+  tc.policy.resident_units = resident;
+  const Weights engine = RunEngine(tc, c, dir + "/resident");
+  EXPECT_GT((engine.at("model.norm.weight") - init.at("model.norm.weight")).abs().max().item<double>(), 1e-4);
+  ExpectClose(engine, ReferenceTrain(c, init, tc), 1e-5);
+  if (world == 1) {
+    TrainConfig streamed = tc;
+    streamed.policy.resident_units = 0;
+    ExpectBitEqual(engine, RunEngine(streamed, c, dir + "/streamed"));
+  } else {
+    // Both ranks own some of the kept blocks.
+    const Residency placement = PlaceResident(UnitParams(c), resident, world, 4);
+    std::vector<int> kept_owned(world, 0);
+    for (int u = 1; u <= 3; ++u) {
+      if (placement.resident(u)) ++kept_owned[placement.owner[u]];
+    }
+    EXPECT_GT(kept_owned[0], 0);
+    EXPECT_GT(kept_owned[1], 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Counts, ResidentKeptBlocks,
+                         ::testing::Values(std::make_tuple(1, 1, "gather_host"), std::make_tuple(1, 2, "gather_host"),
+                                           std::make_tuple(1, 3, "gather_host"), std::make_tuple(1, 5, "gather_host"),
+                                           std::make_tuple(2, 4, "gather_host"), std::make_tuple(2, 4, "reduce_scatter"),
+                                           std::make_tuple(2, 5, "reduce_one")),
+                         [](const auto& info) {
+                           return "W" + std::to_string(std::get<0>(info.param)) + "_resident" +
+                                  std::to_string(std::get<1>(info.param)) + "_" + std::get<2>(info.param);
+                         });
+
 // A plan change between steps brings the resident units' state (master, m, v) back to
 // the host and the new plan's resident units out again: 2 resident, then none, then
 // all, then 1, one step each apart, is the trajectory of plain autograd.

@@ -113,6 +113,43 @@ TEST(KeptBlocks, AutoKeepsTheMostThatFitInTheAutoCountsBytes) {
   EXPECT_LE(at80, 20);
 }
 
+// A kept block that is also resident reads its resident copy and accumulates into its
+// resident gradient: no slot or accumulator of its own (6 bytes a parameter in bf16),
+// 1.4 GB a block of the 7.62B. 18 resident units (the embedding and blocks 1-17) and
+// the last 18 of 28 blocks kept share 7 blocks; the auto count spends what they free
+// on more kept blocks.
+TEST(KeptBlocks, AKeptBlockThatIsAlsoResidentTakesNoSlotOrAccumulatorOfItsOwn) {
+  const ModelShape s7 = ShapeOf(*PresetConfig("qwen2.5-7b"));
+  const int64_t own = s7.unit_params[1] * (2 + 4);
+  JobShape job = Job(4);
+  job.moments = MomentDtype::kInt8;
+  auto knobs = [](int64_t kept, int64_t resident) {
+    PlanKnobs k = Knobs(4, 1, kept);
+    k.policy.resident_units = resident;
+    return k;
+  };
+  EXPECT_EQ(KeptResidentSaving(s7, job, knobs(18, 18), 18), 7 * own);
+  EXPECT_EQ(KeptResidentSaving(s7, job, knobs(10, 18), 10), 0);  // blocks 19-28 kept
+  EXPECT_EQ(KeptResidentSaving(s7, job, knobs(28, 29), 28), 28 * own);
+  EXPECT_EQ(KeptResidentSaving(s7, job, knobs(18, 0), 18), 0);
+  const int64_t resident_bytes = ResidencyOf(s7, job, knobs(18, 18)).max_bytes();
+  EXPECT_EQ(EstimateMemory(s7, job, knobs(18, 18)).total,
+            EstimateMemory(s7, job, knobs(18, 0)).total + resident_bytes - 7 * own);
+  // Two GPUs: each owns some of the shared blocks; the rank owning fewest sets it.
+  JobShape two = job;
+  two.workers = 2;
+  const int64_t saving2 = KeptResidentSaving(s7, two, knobs(18, 18), 18);
+  EXPECT_GT(saving2, 0);
+  EXPECT_LE(saving2, 7 * own / 2);
+  // Auto on an H200 beside 18 resident units: more than the blocks' full bytes allow,
+  // and the most that fit.
+  const int64_t kept = KeptBlocks(s7, job, knobs(-1, 18), kH200);
+  EXPECT_LE(EstimateMemory(s7, job, knobs(kept, 18)).total, AutoCountsBytes(kH200));
+  EXPECT_GT(EstimateMemory(s7, job, knobs(kept + 1, 18)).total, AutoCountsBytes(kH200));
+  EXPECT_GT(EstimateMemory(s7, job, knobs(kept, 18)).total + KeptResidentSaving(s7, job, knobs(kept, 18), kept),
+            AutoCountsBytes(kH200));
+}
+
 TEST(KeptBlocks, KeepingSavesTheRecomputeInThePrediction) {
   const ModelShape s = Qwen3B();
   const JobShape job = Job(16);
