@@ -408,7 +408,7 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     # 21's fp32 16 x 4096, met on 2026-12-06: GOALS_ALL=1 adds them.)
     goalsall) export GOALS_ALL; TAILN=6 step goalsall ${GOALS_CAP:-420} bash -c '
            M="--model=qwen2.5-7b --prefetch=2 --steps=3"
-           run() { echo "goalsall ($*): $('"$B"'/step_bench $M "$@" 2>&1 | grep -E "mean of|setup" | tr "\n" " ")"; }
+           run() { echo "goalsall ($*): $('"$B"'/step_bench $M "$@" 2>&1 | grep -E "mean of|setup|step 3 [|]" | tr "\n" " ")"; }
            run --micro_batch_size=4 --grad_accum=1 --state_dtype=int8
            python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-7b --batch 1 --seq 4096 2>&1 | grep RESULT
            run --micro_batch_size=4 --grad_accum=1 --state_dtype=int8 --resident_units=18 --kept_blocks=18
