@@ -30,7 +30,8 @@
 // (one computing, `depth` in flight, one more for the tied head, which holds the head and
 // the table at once), the n-th of them into slot n % ring_slots(), and a fetch into a
 // slot waits until the compute stream released its previous item; each kept block has
-// a slot of its own after the ring's (num_slots() = ring_slots() + K).
+// a slot of its own after the ring's (num_slots() = ring_slots() + K; the worker leaves
+// it unallocated where the block is resident on its GPU and reads the resident copy).
 #pragma once
 
 #include <string>
