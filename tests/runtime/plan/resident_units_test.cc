@@ -21,7 +21,6 @@
 #include "runtime/plan/policy.h"
 #include "runtime/plan/residency.h"
 #include "runtime/plan/step_model.h"
-#include "runtime/state/moment_codec.h"
 
 namespace slidedp {
 namespace {
@@ -351,7 +350,9 @@ TEST(ResidentUnits, CompactMomentsFitMoreUnitsAndAutoMakesThemResident) {
   EXPECT_GT(int8, bf16);
   JobShape job = Job(4, 4096);
   job.moments = MomentDtype::kInt8;
-  job.update_bytes_per_param = 12.0 + 2.0 * MomentBytesPerParam(MomentDtype::kInt8);
+  TrainConfig int8_job;
+  int8_job.optimizer.state_dtype = MomentDtype::kInt8;
+  job.update_bytes_per_param = JobShapeOf(int8_job).update_bytes_per_param;  // the worker's
   const Rates r = DefaultRates(s, job);
   const int64_t memory = MemoryBudget(0, kH200);
   const int64_t chosen = ResidentUnits(s, job, Knobs(4, 1, -1, -1), memory, r);
