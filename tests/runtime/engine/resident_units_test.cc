@@ -15,6 +15,7 @@
 
 #include "runtime/engine/trainer.h"
 #include "runtime/plan/residency.h"
+#include "tests/documents_dataset.h"
 #include "tests/runtime/engine/reference_training.h"
 #include "tests/test_support.h"
 
@@ -138,7 +139,8 @@ INSTANTIATE_TEST_SUITE_P(WorkersAndRoutes, ResidentWorkers,
 // owner: it reads the resident copy, and its micro-batches add into the resident
 // gradient, which the landing then reduces in place (W > 1) or leaves (W = 1). 3 blocks,
 // all kept, two micro-batches a worker: one worker gives the streamed run's bits (kept,
-// nothing resident) for 1, 2, 3 and all 5 units resident; two workers, every gradient
+// nothing resident), and its held-out loss, for 1, 2, 3 and all 5 units resident; two
+// workers, every gradient
 // route, the weights of plain autograd within 1e-5, with the blocks spread over both
 // ranks (each owner reads its copy, the other receives it).
 class ResidentKeptBlocks : public ::testing::TestWithParam<std::tuple<int, int, std::string>> {};
@@ -158,13 +160,26 @@ TEST_P(ResidentKeptBlocks, EqualTheStreamedRunAndPlainAutograd) {
   tc.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   tc.policy.kept_blocks = 3;
   tc.policy.resident_units = resident;
-  const Weights engine = RunEngine(tc, c, dir + "/resident");
+  // A held-out evaluation after the last step takes the kept items as forward items.
+  auto with_eval = [&] {
+    TrainerInputs in;
+    DataConfig held_out = tc.data;
+    held_out.shuffle = false;
+    in.eval.dataset = OpenDocuments(held_out, tc.seq_len, c.vocab_size, 99);
+    return in;
+  };
+  std::vector<StepStats> stats, streamed_stats;
+  const Weights engine = RunEngine(tc, c, dir + "/resident", with_eval(), &stats);
   EXPECT_GT((engine.at("model.norm.weight") - init.at("model.norm.weight")).abs().max().item<double>(), 1e-4);
   ExpectClose(engine, ReferenceTrain(c, init, tc), 1e-5);
+  ASSERT_FALSE(stats.empty());
+  ASSERT_TRUE(stats.back().eval_loss.has_value());
   if (world == 1) {
     TrainConfig streamed = tc;
     streamed.policy.resident_units = 0;
-    ExpectBitEqual(engine, RunEngine(streamed, c, dir + "/streamed"));
+    ExpectBitEqual(engine, RunEngine(streamed, c, dir + "/streamed", with_eval(), &streamed_stats));
+    ASSERT_FALSE(streamed_stats.empty());
+    EXPECT_EQ(*stats.back().eval_loss, *streamed_stats.back().eval_loss);
   } else {
     // Both ranks own some of the kept blocks.
     const Residency placement = PlaceResident(UnitParams(c), resident, world, 4);
