@@ -22,6 +22,25 @@ int64_t KeptBlockOwnBytes(const ModelShape& shape, const JobShape& job) {
   return W * CeilDiv(std::max<int64_t>(max_block, 1), W) * (job.param_bytes + 4);
 }
 
+// KeptResidentSaving for kept = 0, 1, ..., most, placing the resident units once: the
+// kept blocks are the last before the head, so each more kept block adds the one before.
+std::vector<int64_t> KeptResidentSavings(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs,
+                                         int64_t most) {
+  std::vector<int64_t> saving(static_cast<size_t>(std::max<int64_t>(most, 0)) + 1, 0);
+  const Residency r = ResidencyOf(shape, job, knobs);
+  if (r.units == 0) return saving;
+  const int W = std::max(1, job.workers);
+  const int head = shape.num_units() - 1;
+  const int64_t own = KeptBlockOwnBytes(shape, job);
+  std::vector<int64_t> owned(W, 0);
+  for (int64_t kept = 1; kept < static_cast<int64_t>(saving.size()); ++kept) {
+    const int64_t u = head - kept;
+    if (u >= 1 && r.resident(static_cast<int>(u))) ++owned[r.owner[u]];
+    saving[kept] = *std::min_element(owned.begin(), owned.end()) * own;
+  }
+  return saving;
+}
+
 }  // namespace
 
 int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanKnobs& k) {
@@ -38,15 +57,7 @@ int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanK
 }
 
 int64_t KeptResidentSaving(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t kept) {
-  const Residency r = ResidencyOf(shape, job, knobs);
-  if (r.units == 0 || kept <= 0) return 0;
-  const int W = std::max(1, job.workers);
-  const int head = shape.num_units() - 1;
-  std::vector<int64_t> owned(W, 0);
-  for (int u = std::max(1, head - static_cast<int>(kept)); u < head; ++u) {
-    if (r.resident(u)) ++owned[r.owner[u]];
-  }
-  return *std::min_element(owned.begin(), owned.end()) * KeptBlockOwnBytes(shape, job);
+  return kept <= 0 ? 0 : KeptResidentSavings(shape, job, knobs, kept).back();
 }
 
 int64_t AutoCountsBytes(int64_t memory_bytes) {
@@ -68,9 +79,9 @@ int64_t KeptBlocks(const ModelShape& shape, const JobShape& job, const PlanKnobs
       1, KeptBlockBytes(shape, job, knobs) - (knobs.policy.activations == ActivationPlacement::kHost ? 0 : act_unit));
   const int64_t usable = AutoCountsBytes(memory_bytes);
   // The most that fit; a kept block that is also resident takes less (KeptResidentSaving).
+  const std::vector<int64_t> saving = KeptResidentSavings(shape, job, knobs, shape.layers);
   int64_t kept = 0;
-  while (kept < shape.layers &&
-         base + (kept + 1) * per_block - KeptResidentSaving(shape, job, knobs, kept + 1) <= usable) {
+  while (kept < shape.layers && base + (kept + 1) * per_block - saving[kept + 1] <= usable) {
     ++kept;
   }
   return kept;
