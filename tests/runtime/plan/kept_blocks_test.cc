@@ -131,6 +131,7 @@ TEST(KeptBlocks, AKeptBlockThatIsAlsoResidentTakesNoSlotOrAccumulatorOfItsOwn) {
   EXPECT_EQ(KeptResidentSaving(s7, job, knobs(18, 18), 18), 7 * own);
   EXPECT_EQ(KeptResidentSaving(s7, job, knobs(10, 18), 10), 0);  // blocks 19-28 kept
   EXPECT_EQ(KeptResidentSaving(s7, job, knobs(28, 29), 28), 28 * own);
+  EXPECT_EQ(KeptResidentSaving(s7, job, knobs(28, 29), int64_t{1} << 62), 28 * own);  // more than the blocks
   EXPECT_EQ(KeptResidentSaving(s7, job, knobs(18, 0), 18), 0);
   const int64_t resident_bytes = ResidencyOf(s7, job, knobs(18, 18)).max_bytes();
   EXPECT_EQ(EstimateMemory(s7, job, knobs(18, 18)).total,
