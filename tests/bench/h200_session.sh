@@ -402,7 +402,7 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
     # Issue 21's open 7.62B goal in one step (one run each, for a short H200 call; the
     # least measured first, so a capped run still gives it): 4 x 4096 in one micro-batch
     # with int8 moments, the worker's plan (since 2026-12-07 a kept block that is also
-    # resident has no slot or accumulator of its own: 24 resident + 19 kept predicted),
+    # resident has no slot or accumulator of its own: 18 resident + 24 kept predicted, 1.410 s),
     # plain PyTorch at 1 x 4096, the twelfth session's best plan (18 + 18, 1.56x) beside
     # it, fp32's plan at 4 x 4096, and int8's at 16 x 4096. (Issue 20's 32 x 4096 and
     # 21's fp32 16 x 4096, met on 2026-12-06: GOALS_ALL=1 adds them.)
