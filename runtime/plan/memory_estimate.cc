@@ -57,9 +57,9 @@ int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanK
 }
 
 int64_t KeptResidentSaving(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t kept) {
-  // More kept blocks than the model has keeps them all (a count from a caller, unbounded).
-  const int64_t blocks = std::max(0, shape.num_units() - 2);
-  return kept <= 0 ? 0 : KeptResidentSavings(shape, job, knobs, std::min(kept, blocks)).back();
+  // More kept blocks than the model has keeps them all (a count from a caller, unbounded),
+  // bounded as KeptBlocks bounds its count.
+  return kept <= 0 ? 0 : KeptResidentSavings(shape, job, knobs, std::min(kept, shape.layers)).back();
 }
 
 int64_t AutoCountsBytes(int64_t memory_bytes) {
