@@ -85,7 +85,6 @@ absl::Status ResidentState::Allocate(const std::vector<at::Device>& devices) {
       unit.v_scale = at::empty(host.v_scale.sizes(), on_device.dtype(at::kFloat));
     }
     unit.grad = at::zeros({n}, on_device.dtype(at::kFloat));
-    unit.params = at::empty({n}, on_device.dtype(state_->compute_dtype()));
     if (hosts_ != nullptr && device.is_cuda() && host_grad_.numel() < n) {
       host_grad_ = at::empty({n}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
     }
@@ -138,7 +137,6 @@ void ResidentState::Update(int u, const AdamWHyper& h, const std::vector<float>&
       // element 0 is index 0).
       AdamWUpdateStored(h, spans, s.master.numel(), s.master.data_ptr<float>(), s.grad.data_ptr<float>(), nullptr,
                         MomentsOf(state_->moment_dtype(), s), /*first_index=*/0, threads);
-      s.params.copy_(s.master);
     }
   }
   const Event done = streams.Record(StreamKind::kCompute);
@@ -187,11 +185,12 @@ void ResidentState::ToHost() {
       at::Tensor(pair.host).copy_(pair.device.narrow(0, pair.begin, pair.length));
     }
     // The streamed copy follows the master: refreshed from it on one host; over several
-    // the replica's copy is the whole unit's (the same bits on every host).
+    // the host holds a shard of the master, so the whole unit's copy is cast from the
+    // replica's (the same bits on every host).
     if (hosts_ == nullptr) {
       state_->RefreshParams(u, 0, unit.master.numel());
     } else {
-      state_->unit(u).params.copy_(unit.params);
+      state_->unit(u).params.copy_(unit.master.to(state_->compute_dtype()));
     }
   }
 }
@@ -200,7 +199,6 @@ absl::Status ResidentState::FromHost() {
   for (int u = 0; u < state_->num_units(); ++u) {
     if (!resident(u)) continue;
     streams_[owner(u)]->HostWait(updated(u));
-    const UnitState& unit = units_[u].state;
     for (const StatePair& pair : StatePairs(u)) {
       if (hosts_ == nullptr) {
         pair.device.narrow(0, pair.begin, pair.length).copy_(pair.host);
@@ -213,7 +211,6 @@ absl::Status ResidentState::FromHost() {
       if (absl::Status s = hosts_->AllGather(whole); !s.ok()) return s;
       at::Tensor(pair.device).copy_(whole);
     }
-    unit.params.copy_(unit.master);
   }
   return absl::OkStatus();
 }

@@ -1,14 +1,16 @@
 // ResidentState: the training state of the units that live on a GPU instead of host
 // memory (policy.resident_units; which units and which GPU: runtime/plan/residency.h).
-// Per resident unit, on its owner's device: the fp32 master and gradient, m and v as
-// optimizer.state_dtype stores them (fp32, bf16, or 8 bits with the blocks' scales), and
-// the compute copy that the forward and backward read in place of a streamed slot. Its
-// AdamW runs there, on an update stream of its own, as soon as the update pipeline
-// issues it: the GPU kernels of runtime/state/adamw_device.h, or on the CPU device the
-// CPU AdamW over buffers of their own (the same code path, so CI proves it); both give
-// the bits of the unit's update in host memory. Events order it: after the unit's gradient is complete (SetGradReady), before the next read
-// of its parameters (updated). The host state stays the authority for durability:
-// ToHost before checkpoints, export and the digest, FromHost after a restore.
+// Per resident unit, on its owner's device: the fp32 master and gradient, and m and v as
+// optimizer.state_dtype stores them (fp32, bf16, or 8 bits with the blocks' scales); no
+// compute copy: the worker casts the master into a parameter slot when it uses the unit
+// (routes.h's FetchUnit), the bits a streamed unit's copy would have. Its AdamW runs
+// there, on an update stream of its own, as soon as the update pipeline issues it: the
+// GPU kernels of runtime/state/adamw_device.h, or on the CPU device the CPU AdamW over
+// buffers of their own (the same code path, so CI proves it); both give the bits of the
+// unit's update in host memory. Events order it: after the unit's gradient is complete
+// (SetGradReady), before the next read of its master (updated). The host state stays
+// the authority for durability: ToHost before checkpoints, export and the digest,
+// FromHost after a restore.
 // Over several hosts (issue 24) every host keeps the same resident units whole on its
 // own GPU (replicas): the host state holds only this host's shard of their master, m
 // and v, so FromHost gathers the other hosts' shards; each step the owner's gradient is
@@ -56,14 +58,13 @@ class ResidentState {
   const Residency& placement() const { return placement_; }
   bool resident(int u) const { return placement_.resident(u); }
   int owner(int u) const { return placement_.owner[u]; }
-  // On the owner's device: the compute copy ([numel], compute dtype) and the fp32
-  // gradient ([numel]) of resident unit `u`.
-  const at::Tensor& params(int u) const { return units_[u].state.params; }
+  // On the owner's device: the fp32 master and gradient ([numel]) of resident unit `u`.
+  const at::Tensor& master(int u) const { return units_[u].state.master; }
   const at::Tensor& grad(int u) const { return units_[u].state.grad; }
 
   // Owner's worker: this step's gradient of `u` is complete in grad(u) at `e`.
   void SetGradReady(int u, const Event& e);
-  // Work that reads params(u) and waits for this starts after its last update.
+  // Work that reads master(u) and waits for this starts after its last update.
   Event updated(int u);
 
   // Update pipeline: AdamW of unit `u` with `h` (its weight_decay unused: each
@@ -79,7 +80,8 @@ class ResidentState {
   void GradFromHost(int u, const at::Tensor& host);
 
   // The host state's master, m and v of every resident unit (this host's shard) := the
-  // device's, and its streamed copy := the device's; waits for their updates.
+  // device's, and its streamed copy := the master cast to the compute dtype; waits for
+  // their updates.
   void ToHost();
   // The device's state of every resident unit := the host state's (several hosts: every
   // host's shard, gathered; all hosts call it together).
@@ -87,7 +89,8 @@ class ResidentState {
 
  private:
   struct Unit {
-    // master, m, v (and the 8-bit scales), grad and params, as the host state's types.
+    // master, m, v (and the 8-bit scales) and grad, as the host state's types; params
+    // undefined (no compute copy).
     UnitState state;
     Event grad_ready, updated;
   };
@@ -117,7 +120,8 @@ class ResidentState {
 
 // Runs the GPU AdamW (adamw_device.h) over a resident unit's buffers `s` on the current
 // stream of their device, each parameter range of `spans` with its weight decay, the
-// moments' kind told by m's dtype (float, bfloat16, or int8 with the scales):
+// moments' kind told by m's dtype (float, bfloat16, or int8 with the scales); it writes
+// no compute copy (s.params is not read):
 // resident_state_cuda.cc with a CUDA LibTorch; elsewhere it throws.
 void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<DecaySpan>& spans);
 

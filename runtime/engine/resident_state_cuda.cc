@@ -13,18 +13,17 @@
 namespace slidedp {
 
 void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<DecaySpan>& spans) {
-  TORCH_CHECK(s.params.scalar_type() == at::kBFloat16 || s.params.scalar_type() == at::kFloat,
-              "resident AdamW: the compute copy must be bf16 or fp32");
-  const bool bf16 = s.params.scalar_type() == at::kBFloat16;
   void* stream = c10::cuda::getCurrentCUDAStream(s.master.device().index()).stream();
+  // No compute copy to write: the worker casts the master into a slot when it uses the
+  // unit (resident_state.h).
   if (s.m.scalar_type() == at::kFloat) {
     for (const DecaySpan& span : spans) {
       AdamWHyper hp = h;
       hp.weight_decay = span.weight_decay;
       const int64_t b = span.begin;
-      char* out = static_cast<char*>(s.params.data_ptr()) + b * s.params.element_size();
       const AdamWDeviceArgs a{s.master.data_ptr<float>() + b, s.grad.data_ptr<float>() + b,
-                              s.m.data_ptr<float>() + b, s.v.data_ptr<float>() + b, out, bf16, span.end - b};
+                              s.m.data_ptr<float>() + b, s.v.data_ptr<float>() + b, /*out=*/nullptr,
+                              /*out_bf16=*/false, span.end - b};
       const std::string failed = LaunchAdamW(DeviceCoeffs(hp), a, stream);
       TORCH_CHECK(failed.empty(), __FILE__, ":", __LINE__, ": ", failed);
     }
@@ -45,8 +44,8 @@ void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<D
   a.v = mv.v;
   a.m_scale = mv.m_scale;
   a.v_scale = mv.v_scale;
-  a.out = s.params.data_ptr();
-  a.out_bf16 = bf16;
+  a.out = nullptr;
+  a.out_bf16 = false;
   a.n = s.master.numel();
   a.step = h.step;
   const std::string failed = LaunchAdamWStored(DeviceCoeffs(h), a, stream);

@@ -30,28 +30,34 @@ RouteShared::RouteShared(int w, int64_t max_unit_numel, int units, bool pin, boo
 
 namespace {
 
-// FetchUnit of a resident unit: the owner sends its copy to the other ranks.
+// FetchUnit of a resident unit: its owner casts the master into the slot after the
+// unit's last update (a kernel on the H2D stream, no link traffic: the bits of the
+// streamed copy, which is the master cast the same way) and broadcasts it from there to
+// the other ranks, which receive it in theirs. Every rank's compute stream waits for
+// the broadcast, so that no rank reuses the slot while it is being sent.
 Event FetchResident(int rank, RouteShared& shared, int u, at::Tensor slot, DeviceStreams& streams,
                     const Event& slot_free) {
   ResidentState& resident = *shared.resident;
   const int owner = resident.owner(u);
-  if (shared.world == 1) return Event();  // the owner reads its copy (ResidentParams)
-  const bool sends = rank == owner;
-  streams.Wait(StreamKind::kCollective, sends ? resident.updated(u) : slot_free);
+  streams.Wait(StreamKind::kH2D, slot_free);
+  if (rank == owner) {
+    streams.Wait(StreamKind::kH2D, resident.updated(u));
+    auto use = streams.Use(StreamKind::kH2D);
+    slot.copy_(resident.master(u));
+  }
+  const Event cast = streams.Record(StreamKind::kH2D);
+  if (shared.world == 1) return cast;
+  // The H2D stream carries the slot's previous use (the caller's wait for it, or
+  // slot_free above) to the collective stream.
+  streams.Wait(StreamKind::kCollective, cast);
   {
     auto use = streams.Use(StreamKind::kCollective);
-    shared.comm->Broadcast(rank, sends ? resident.params(u) : slot, owner);
+    shared.comm->Broadcast(rank, slot, owner);
   }
-  return sends ? Event() : streams.Record(StreamKind::kCollective);
+  return streams.Record(StreamKind::kCollective);
 }
 
 }  // namespace
-
-at::Tensor ResidentParams(int rank, RouteShared& shared, int u, const at::Tensor& slot, DeviceStreams& streams) {
-  if (shared.resident == nullptr || !shared.resident->resident(u) || shared.resident->owner(u) != rank) return slot;
-  streams.Wait(StreamKind::kCompute, shared.resident->updated(u));
-  return shared.resident->params(u);
-}
 
 Event FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState& state, int u,
                 at::Tensor slot, DeviceStreams& streams, const Event& slot_free,

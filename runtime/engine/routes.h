@@ -56,17 +56,13 @@ struct TransferCounters {
 // Copies unit `u`'s streamed parameters into `slot` ([numel] of the compute dtype on the
 // worker's device): the H2D stream waits for `slot_free`, copies (this rank's 1/W for
 // scatter_allgather, then the all-gather on the collective stream). Returns the event
-// after which `slot` holds the unit. A resident unit (shared.resident) is not copied:
-// its owner reads ResidentParams (its `slot` unused, undefined for a kept block), the
-// other ranks receive it in `slot` by a broadcast from the owner on the collective
-// stream.
+// after which `slot` holds the unit. A resident unit (shared.resident) is not copied
+// over the link: its owner casts its master into `slot` on the H2D stream after the
+// unit's last update, and with several ranks broadcasts it from there on the
+// collective stream to the others' slots.
 Event FetchUnit(ParamRoute route, int rank, RouteShared& shared, HostState& state, int u,
                 at::Tensor slot, DeviceStreams& streams, const Event& slot_free,
                 TransferCounters& counters);
-
-// What the compute stream reads for unit `u` on this rank in place of `slot`: the
-// owner's resident copy (the compute stream waits for its update), or `slot`.
-at::Tensor ResidentParams(int rank, RouteShared& shared, int u, const at::Tensor& slot, DeviceStreams& streams);
 
 // Device buffers one gradient landing uses, allocated once by the worker.
 struct LandingBuffers {

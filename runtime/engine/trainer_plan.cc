@@ -52,9 +52,7 @@ absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices
   std::vector<int64_t> unit_params;
   for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
   const int64_t n = std::max<int64_t>(config_.policy.resident_units, 0);
-  const int compute_bytes = static_cast<int>(at::elementSize(state_->compute_dtype()));
-  const Residency placement =
-      PlaceResident(unit_params, n, config_.workers, compute_bytes, config_.optimizer.state_dtype);
+  const Residency placement = PlaceResident(unit_params, n, config_.workers, config_.optimizer.state_dtype);
   // Several hosts agree on the count in Create, even when it is none.
   if (placement.units == 0 && hosts_.trainer == nullptr) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<ResidentState>> r =

@@ -92,14 +92,13 @@ Worker::Worker(int rank, const TrainConfig& config, HostState* state, UpdatePipe
   const at::TensorOptions on_dev = at::TensorOptions().device(device);
   // The ring of slots (step_schedule.h: one computing, `depth` in flight, one more for
   // the tied head), then one slot and one fp32 accumulator for each kept block, except
-  // a kept block resident on this rank: it reads its resident copy and accumulates into
-  // its resident gradient (memory_estimate.h's KeptResidentSaving counts it so).
+  // for a kept block resident on this rank no accumulator: it accumulates into its
+  // resident gradient (memory_estimate.h's KeptResidentSaving counts it so). A resident
+  // unit's parameters are cast into its slot (routes.h).
   const int S = schedule_.num_slots();
   for (int s = 0; s < S; ++s) {
     const bool ring = s < schedule_.ring_slots();
-    const bool own = !ring && OwnsResident(schedule_.first_kept_unit() + (s - schedule_.ring_slots()));
-    slots_.push_back(own ? at::Tensor()
-                         : at::empty({padded(ring ? max_numel : max_block)}, on_dev.dtype(state->compute_dtype())));
+    slots_.push_back(at::empty({padded(ring ? max_numel : max_block)}, on_dev.dtype(state->compute_dtype())));
   }
   for (int k = 0; k < schedule_.kept_blocks(); ++k) {
     const bool own = OwnsResident(schedule_.first_kept_unit() + k);
@@ -427,8 +426,7 @@ at::Tensor Worker::Acquire(int64_t step, int item, WorkerStepResult& r) {
   streams_->Wait(StreamKind::kCompute, fetched_[it.slot]);
   if (trace_ != nullptr) compute_begin_[it.slot] = streams_->Record(StreamKind::kCompute);
   streams_->RangeStart(Phase(it.use, pass_) + schedule_.unit_name(it.unit));
-  // A resident unit's owner reads its resident copy instead of the slot.
-  const at::Tensor slot = ResidentParams(rank_, *shared_, it.unit, SlotOf(it.slot, it.unit), *streams_);
+  const at::Tensor slot = SlotOf(it.slot, it.unit);
   if (it.prefetch_at == StepSchedule::PrefetchAt::kAcquire) Fetch(step, it.prefetch, r);
   return slot;
 }
@@ -458,10 +456,7 @@ bool Worker::OwnsResident(int u) const {
   return shared_->resident != nullptr && shared_->resident->resident(u) && shared_->resident->owner(u) == rank_;
 }
 
-at::Tensor Worker::SlotOf(int s, int u) const {
-  // Undefined for a kept block resident on this rank: routes.h reads its resident copy.
-  return slots_[s].defined() ? slots_[s].narrow(0, 0, state_->layout().units[u].numel) : at::Tensor();
-}
+at::Tensor Worker::SlotOf(int s, int u) const { return slots_[s].narrow(0, 0, state_->layout().units[u].numel); }
 
 at::Tensor Worker::GradBuffer(int u) {
   MaybeInjectOutOfMemory();

@@ -127,10 +127,9 @@ class Worker {
   // The gradient stream: unit u's fp32 accumulator (the embedding's, a kept block's own,
   // else the ring's next entry), then its landing (through the ring's landing buffers).
   at::Tensor GradBuffer(int u);  // fp32 [numel] on the device, ready to be written
-  // Unit `u` is resident on this worker's GPU (its owner's: routes.h's ResidentParams).
+  // Unit `u` is resident on this worker's GPU (its owner: resident_state.h).
   bool OwnsResident(int u) const;
-  // Slot `s` narrowed to unit `u`'s parameters; undefined where the slot is not
-  // allocated (a kept block this worker owns resident).
+  // Slot `s` narrowed to unit `u`'s parameters.
   at::Tensor SlotOf(int s, int u) const;
   void Land(int u, int64_t step, const at::Tensor& grad, WorkerStepResult& r);
 
@@ -205,8 +204,7 @@ class Worker {
   const StopToken* const stop_;
 
   // The step's schedule (fetch order, slots, unit names) and the slots, allocated once:
-  // the ring's with the largest unit's size, the kept blocks' with the largest block's
-  // (none for a kept block resident on this rank: SlotOf gives an undefined tensor).
+  // the ring's with the largest unit's size, the kept blocks' with the largest block's.
   const StepSchedule schedule_;
   std::vector<at::Tensor> slots_;
   std::vector<Event> fetched_;

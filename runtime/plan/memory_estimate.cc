@@ -13,13 +13,17 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// A kept block's own parameter slot (compute dtype) and fp32 accumulator, the size of
-// the largest block in W equal slices (the worker's buffers).
-int64_t KeptBlockOwnBytes(const ModelShape& shape, const JobShape& job) {
+// The largest block in W equal slices (the worker's buffers), elements.
+int64_t MaxBlockPadded(const ModelShape& shape, const JobShape& job) {
   const int W = std::max(1, job.workers);
   int64_t max_block = 0;
   for (int u = 1; u + 1 < shape.num_units(); ++u) max_block = std::max(max_block, shape.unit_params[u]);
-  return W * CeilDiv(std::max<int64_t>(max_block, 1), W) * (job.param_bytes + 4);
+  return W * CeilDiv(std::max<int64_t>(max_block, 1), W);
+}
+
+// A kept block's own parameter slot (compute dtype) and fp32 accumulator.
+int64_t KeptBlockOwnBytes(const ModelShape& shape, const JobShape& job) {
+  return MaxBlockPadded(shape, job) * (job.param_bytes + 4);
 }
 
 // KeptResidentSaving for kept = 0, 1, ..., most, placing the resident units once: the
@@ -31,7 +35,7 @@ std::vector<int64_t> KeptResidentSavings(const ModelShape& shape, const JobShape
   if (r.units == 0) return saving;
   const int W = std::max(1, job.workers);
   const int head = shape.num_units() - 1;
-  const int64_t own = KeptBlockOwnBytes(shape, job);
+  const int64_t own = MaxBlockPadded(shape, job) * 4;  // the fp32 accumulator
   std::vector<int64_t> owned(W, 0);
   for (int64_t kept = 1; kept < static_cast<int64_t>(saving.size()); ++kept) {
     const int64_t u = head - kept;
@@ -130,7 +134,7 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
 
 Residency ResidencyOf(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs) {
   return PlaceResident(shape.unit_params, std::max<int64_t>(0, knobs.policy.resident_units), job.workers,
-                       job.param_bytes, job.moments);
+                       job.moments);
 }
 
 }  // namespace slidedp

@@ -41,10 +41,11 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
 int64_t KeptBlockBytes(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs);
 
 // What the last `kept` blocks do not take of KeptBlockBytes because they are also
-// resident (knobs.policy.resident_units): a kept block resident on a rank has no slot
-// or accumulator of its own there (runtime/engine/worker.cc reads its resident copy and
-// accumulates into its resident gradient), 1.4 GB a block of the 7.62B. Over W ranks,
-// the rank owning fewest such blocks sets it (EstimateMemory is the rank needing most).
+// resident (knobs.policy.resident_units): a kept block resident on a rank has no fp32
+// accumulator of its own there (runtime/engine/worker.cc accumulates into its resident
+// gradient), 0.9 GB a block of the 7.62B; its slot holds its parameters cast from the
+// resident master. Over W ranks, the rank owning fewest such blocks sets it
+// (EstimateMemory is the rank needing most).
 int64_t KeptResidentSaving(const ModelShape& shape, const JobShape& job, const PlanKnobs& knobs, int64_t kept);
 
 // What the auto counts (kept blocks, resident units) may fill of `memory_bytes` by

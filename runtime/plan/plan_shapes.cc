@@ -60,10 +60,10 @@ Rates DefaultRates(const ModelShape& shape, const JobShape& job) {
     r.grad_s_per_param = 2e-11;
     r.launch_s = 3e-4;
     r.adamw_params_per_s *= 28.0 / job.update_bytes_per_param;  // memory-bound: fp32's rate scaled
-    // The resident units' update moves 14 bytes a parameter (master read and written, the
-    // gradient read, the bf16 copy written) and m and v read and written as stored: 30
-    // with fp32 moments, the default's; compact moments' kernels are as memory-bound.
-    r.gpu_update_params_per_s *= 30.0 / (14.0 + 2.0 * MomentBytesPerParam(job.moments));
+    // The resident units' update moves 12 bytes a parameter (master read and written, the
+    // gradient read) and m and v read and written as stored: 28 with fp32 moments, the
+    // default's; compact moments' kernels are as memory-bound.
+    r.gpu_update_params_per_s *= 28.0 / (12.0 + 2.0 * MomentBytesPerParam(job.moments));
     return r;
   }
   // The CPU device: memcpy for transfers, one core's worth of FLOPs per worker.

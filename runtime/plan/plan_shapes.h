@@ -78,10 +78,10 @@ struct Rates {
   double adamw_params_per_s = 5.15e9;
   double host_memory_gbps = 150.0;    // read + write bytes per second
   // AdamW of resident units on their GPU's update stream, parameters per second: a fused
-  // kernel moving ~30 bytes a parameter (fp32 master, m, v read and written, the fp32
-  // gradient read, the compute copy written) at HBM bandwidth. On the cpu device the
-  // CPU AdamW rate.
-  double gpu_update_params_per_s = 1.2e11;
+  // kernel moving 28 bytes a parameter (fp32 master, m, v read and written, the fp32
+  // gradient read; no compute copy) at HBM bandwidth. On the cpu device the CPU AdamW
+  // rate.
+  double gpu_update_params_per_s = 1.285e11;
   // Between hosts (JobShape::hosts > 1): one host's network bandwidth, each direction at
   // once, GB/s (50: 400 Gb/s; on the cpu device 5, loopback), and the latency of one
   // exchange (one Gloo collective: a unit's reduce-scatter takes two, its norm's sum).
@@ -90,7 +90,7 @@ struct Rates {
 };
 
 // Rates without measurements: for cuda this engine's on the H200 host and its H100
-// sibling (../GPU_HOST.md, tests/bench/RESULTS.md; the GPU update: 30 bytes a parameter
+// sibling (../GPU_HOST.md, tests/bench/RESULTS.md; the GPU update: 28 bytes a parameter
 // at about 3.6 TB/s of the H200's HBM), GPU times scaled by FLOPs per token from a
 // traced qwen2.5-7b step; rough figures for the CPU device. With policy.auto,
 // calibration replaces them at job start; without it the worker resolves auto kept

@@ -13,12 +13,11 @@ int64_t Residency::max_bytes() const {
   return m;
 }
 
-int64_t ResidentUnitBytes(int64_t params, int compute_bytes, MomentDtype moments) {
-  return params * (8 + compute_bytes) + MomentBytes(moments, params);
+int64_t ResidentUnitBytes(int64_t params, MomentDtype moments) {
+  return params * 8 + MomentBytes(moments, params);
 }
 
-Residency PlaceResident(const std::vector<int64_t>& unit_params, int64_t n, int workers, int compute_bytes,
-                        MomentDtype moments) {
+Residency PlaceResident(const std::vector<int64_t>& unit_params, int64_t n, int workers, MomentDtype moments) {
   Residency r;
   const int U = static_cast<int>(unit_params.size());
   r.units = std::clamp<int64_t>(n, 0, U);
@@ -27,17 +26,17 @@ Residency PlaceResident(const std::vector<int64_t>& unit_params, int64_t n, int 
   for (int u = 0; u < r.units; ++u) {
     const int rank = static_cast<int>(std::min_element(r.bytes.begin(), r.bytes.end()) - r.bytes.begin());
     r.owner[u] = rank;
-    r.bytes[rank] += ResidentUnitBytes(unit_params[u], compute_bytes, moments);
+    r.bytes[rank] += ResidentUnitBytes(unit_params[u], moments);
   }
   return r;
 }
 
-int64_t ResidentUnitsWithin(const std::vector<int64_t>& unit_params, int workers, int compute_bytes,
-                            int64_t bytes_per_rank, MomentDtype moments) {
+int64_t ResidentUnitsWithin(const std::vector<int64_t>& unit_params, int workers, int64_t bytes_per_rank,
+                            MomentDtype moments) {
   // Placement is greedy in unit order, so fitting is monotone in n.
   int64_t n = 0;
   while (n < static_cast<int64_t>(unit_params.size()) &&
-         PlaceResident(unit_params, n + 1, workers, compute_bytes, moments).max_bytes() <= bytes_per_rank) {
+         PlaceResident(unit_params, n + 1, workers, moments).max_bytes() <= bytes_per_rank) {
     ++n;
   }
   return n;

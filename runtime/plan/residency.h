@@ -1,10 +1,11 @@
 // Residency: which units' training state lives on a GPU instead of host memory
 // (policy.resident_units), on which GPU, and the GPU memory it takes there. The one
 // definition the engine (runtime/engine/resident_state.h), the step model and the
-// policy share. A resident unit's GPU holds its fp32 master and gradient, its m and v
-// as optimizer.state_dtype stores them, and its compute copy; it is not streamed, its
-// gradient is reduced to that GPU and updated there, and the other GPUs receive its
-// parameters from it.
+// policy share. A resident unit's GPU holds its fp32 master and gradient and its m and
+// v as optimizer.state_dtype stores them; it is not streamed: the worker casts its
+// master into a parameter slot when the unit is used (no compute copy kept between
+// uses), its gradient is reduced to that GPU and updated there, and the other GPUs
+// receive its parameters from it.
 // Pure C++ (no LibTorch); stateless, any thread.
 #pragma once
 
@@ -25,19 +26,20 @@ struct Residency {
 };
 
 // GPU bytes a resident unit of `params` parameters takes: fp32 master and gradient (8 a
-// parameter), the compute copy (`compute_bytes`: 2 for bf16, 4 for fp32), and m and v as
-// `moments` stores them (moment_codec.h's MomentBytes: 8, 4, or 2 and the 8-bit blocks'
-// scales): 18 a parameter in bf16 with fp32 moments, 14 with bf16, about 12 with int8.
-int64_t ResidentUnitBytes(int64_t params, int compute_bytes, MomentDtype moments = MomentDtype::kFp32);
+// parameter) and m and v as `moments` stores them (moment_codec.h's MomentBytes: 8, 4,
+// or 2 and the 8-bit blocks' scales): 16 a parameter with fp32 moments, 12 with bf16,
+// about 10 with int8. Its parameters in the compute dtype take a slot of the step's
+// (memory_estimate.h counts the slots), as a streamed unit's do.
+int64_t ResidentUnitBytes(int64_t params, MomentDtype moments = MomentDtype::kFp32);
 
 // The first min(n, units) of `unit_params` (parameters per unit, forward order) resident,
 // each on the rank holding the fewest bytes so far (ties: the lowest rank), so that the
 // embedding and the blocks after it spread over the W GPUs. n <= 0: none.
-Residency PlaceResident(const std::vector<int64_t>& unit_params, int64_t n, int workers, int compute_bytes,
+Residency PlaceResident(const std::vector<int64_t>& unit_params, int64_t n, int workers,
                         MomentDtype moments = MomentDtype::kFp32);
 
 // The largest n whose PlaceResident keeps every rank within `bytes_per_rank`.
-int64_t ResidentUnitsWithin(const std::vector<int64_t>& unit_params, int workers, int compute_bytes,
-                            int64_t bytes_per_rank, MomentDtype moments = MomentDtype::kFp32);
+int64_t ResidentUnitsWithin(const std::vector<int64_t>& unit_params, int workers, int64_t bytes_per_rank,
+                            MomentDtype moments = MomentDtype::kFp32);
 
 }  // namespace slidedp

@@ -26,7 +26,7 @@ int64_t ResidentUnits(const ModelShape& shape, const JobShape& job, const PlanKn
     const int64_t usable = AutoCountsBytes(memory_bytes);
     const int64_t base = EstimateMemory(shape, job, bare).total;
     if (base >= usable) return 0;
-    most = ResidentUnitsWithin(shape.unit_params, job.workers, job.param_bytes, usable - base, job.moments);
+    most = ResidentUnitsWithin(shape.unit_params, job.workers, usable - base, job.moments);
   }
   // Every count from none to the most (a prediction costs tens of microseconds), each
   // with the kept blocks the memory then leaves; ascending, so that ties keep fewer

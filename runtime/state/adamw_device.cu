@@ -44,6 +44,7 @@ __device__ __forceinline__ float Step(const AdamWDeviceCoeffs& c, float decay, f
 }
 
 __device__ __forceinline__ void WriteOut(void* out, bool out_bf16, int64_t i, float p) {
+  if (out == nullptr) return;  // no parameters out (a resident unit: resident_state.h)
   if (out_bf16) {
     static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(p);
   } else {

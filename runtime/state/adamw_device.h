@@ -1,7 +1,7 @@
 // AdamW on a GPU, for the units whose training state lives there (policy.resident_units,
 // runtime/engine/resident_state.h): fused kernels over a unit's flat buffers (fp32
-// master and gradient; m and v as optimizer.state_dtype stores them) that also write the
-// new parameters in the compute dtype, with exactly the CPU's arithmetic (adamw.h: the
+// master and gradient; m and v as optimizer.state_dtype stores them) that can also write
+// the new parameters in the compute dtype, with exactly the CPU's arithmetic (adamw.h: the
 // same scalars, fused multiply-adds where torch's CPU kernels have them, every other op
 // rounded on its own; the stored moments' codes of moment_codes.h), so that a resident
 // unit's update equals the CPU's bit for bit. The kernels live in adamw_device.cu (built
@@ -25,7 +25,8 @@ using AdamWDeviceCoeffs = adamw_internal::Coeffs;
 AdamWDeviceCoeffs DeviceCoeffs(const AdamWHyper& h);
 
 // Elements [0, n) of device buffers. `out` receives the new parameters: bf16 bits
-// (rounded to nearest even, as LibTorch converts) when out_bf16, else fp32.
+// (rounded to nearest even, as LibTorch converts) when out_bf16, else fp32; null: none
+// written (so in AdamWStoredDeviceArgs).
 struct AdamWDeviceArgs {
   float* param;
   const float* grad;

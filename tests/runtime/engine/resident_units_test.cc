@@ -112,7 +112,7 @@ TEST_P(ResidentWorkers, EqualOneStreamedWorkerAndPlainAutograd) {
   many.policy.grad_route = *EnumFromName<GradRoute>(grad_route);
   many.policy.resident_units = 3;
   // The placement spreads the units over the ranks.
-  const Residency placement = PlaceResident(UnitParams(c), 3, world, 4);
+  const Residency placement = PlaceResident(UnitParams(c), 3, world);
   ASSERT_EQ(placement.units, 3);
   EXPECT_NE(placement.owner[0], placement.owner[1]);
   std::vector<StepStats> stats;
@@ -135,14 +135,14 @@ INSTANTIATE_TEST_SUITE_P(WorkersAndRoutes, ResidentWorkers,
                                   "_" + std::get<2>(info.param);
                          });
 
-// A kept block that is also resident has no slot or accumulator of its own on its
-// owner: it reads the resident copy, and its micro-batches add into the resident
+// A kept block that is also resident has no accumulator of its own on its owner: its
+// slot gets the resident master cast, and its micro-batches add into the resident
 // gradient, which the landing then reduces in place (W > 1) or leaves (W = 1). 3 blocks,
 // all kept, two micro-batches a worker: one worker gives the streamed run's bits (kept,
 // nothing resident), and its held-out loss, for 1, 2, 3 and all 5 units resident; two
 // workers, every gradient
 // route, the weights of plain autograd within 1e-5, with the blocks spread over both
-// ranks (each owner reads its copy, the other receives it).
+// ranks (each owner casts its master, the other receives it).
 class ResidentKeptBlocks : public ::testing::TestWithParam<std::tuple<int, int, std::string>> {};
 
 TEST_P(ResidentKeptBlocks, EqualTheStreamedRunAndPlainAutograd) {
@@ -182,7 +182,7 @@ TEST_P(ResidentKeptBlocks, EqualTheStreamedRunAndPlainAutograd) {
     EXPECT_EQ(*stats.back().eval_loss, *streamed_stats.back().eval_loss);
   } else {
     // Both ranks own some of the kept blocks.
-    const Residency placement = PlaceResident(UnitParams(c), resident, world, 4);
+    const Residency placement = PlaceResident(UnitParams(c), resident, world);
     std::vector<int> kept_owned(world, 0);
     for (int u = 1; u <= 3; ++u) {
       if (placement.resident(u)) ++kept_owned[placement.owner[u]];
