@@ -85,15 +85,16 @@ struct PolicyConfig {
   // device, whose activations are host memory); 0: every block recomputes; N: the last
   // N (all when N >= the layers).
   int64_t kept_blocks = -1;
-  // Units whose whole training state (fp32 master, m, v, compute copy, fp32 gradient:
-  // 18 bytes a parameter in bf16) lives on a GPU instead of host memory: not streamed,
+  // Units whose whole training state (fp32 master and gradient, m and v: 16 bytes a
+  // parameter with fp32 moments, about 10 with int8; their parameters cast from the
+  // master into a slot when used) lives on a GPU instead of host memory: not streamed,
   // their gradient not copied down, updated there by the same AdamW arithmetic
   // (runtime/engine/resident_state.h). The first units of the forward (embedding =
   // unit 0, block i = unit i + 1, the head last), whose CPU update is the one the next
   // forward waits for. -1: auto, as many as the policy finds worth the GPU memory the
   // plan leaves within the budget (none on the cpu device and over several hosts); 0:
   // none; N: the first N (all when N >= the units; over several hosts a replica on
-  // every host, the same N in each host's spec). Needs optimizer.state_dtype fp32.
+  // every host, the same N in each host's spec; there optimizer.state_dtype fp32).
   int64_t resident_units = -1;
   int update_threads = 0;                   // CPU AdamW threads, 0: all cores
   // Where gradients land in host memory: "fp32" (a 4-byte buffer per parameter),
