@@ -155,6 +155,13 @@ std::string KnobsText(const v1::PlanKnobs& k) {
                                            std::min(k.resident_units(), k.units()), k.units(),
                                            Bytes(static_cast<double>(k.resident_bytes()))));
   }
+  // Streamed units updated on a GPU, their state staged through it.
+  if (k.staged_updates() > 0) {
+    const int64_t streamed = k.units() > 0 ? k.units() - std::min(std::max<int64_t>(k.resident_units(), 0), k.units())
+                                           : k.staged_updates();
+    const int64_t staged = std::min(k.staged_updates(), streamed);
+    if (staged > 0) absl::StrAppend(&text, absl::StrFormat(", %d updates staged on a GPU", staged));
+  }
   return text;
 }
 

@@ -96,6 +96,15 @@ struct PolicyConfig {
   // none; N: the first N (all when N >= the units; over several hosts a replica on
   // every host, the same N in each host's spec; there optimizer.state_dtype fp32).
   int64_t resident_units = -1;
+  // Streamed units whose AdamW a GPU runs instead of the CPU, beside the CPU's updates of
+  // the others: the last N units of the forward that are not resident (the head, the
+  // blocks before it); their master, m and v and landed gradient are copied to the GPU
+  // chunk by chunk, updated by the resident units' kernels (the CPU's arithmetic, bit
+  // for bit) and copied back with the new streamed copy (runtime/engine/staged_updates.h),
+  // so the next forward waits for the slower of the two. Two chunks' buffers on each
+  // GPU. 0 (default): none; not over several hosts. The step model does not predict them
+  // yet (as if the CPU ran them): set by hand, measured with step_bench.
+  int64_t staged_updates = 0;
   int update_threads = 0;                   // CPU AdamW threads, 0: all cores
   // Where gradients land in host memory: "fp32" (a 4-byte buffer per parameter),
   // "bf16" (in the streamed bf16 copy: 14 bytes per parameter in all, needs bf16

@@ -59,6 +59,7 @@ void VisitFields(PolicyConfig& p, V& v) {
   v.Field("mlp_tile_tokens", p.mlp_tile_tokens);
   v.Field("kept_blocks", p.kept_blocks);
   v.Field("resident_units", p.resident_units);
+  v.Field("staged_updates", p.staged_updates);
   v.Field("update_threads", p.update_threads);
   v.Field("grad_landing", p.grad_landing);
   v.Field("auto", p.auto_plan);

@@ -131,6 +131,7 @@ Check CheckPolicy(const PolicyConfig& p) {
   if (Check c = Bounded("policy.mlp_tile_tokens", p.mlp_tile_tokens, 0, kMaxChunk)) return c;
   if (Check c = InRange<int64_t>("policy.kept_blocks", p.kept_blocks, -1, int64_t{1} << 20)) return c;
   if (Check c = InRange<int64_t>("policy.resident_units", p.resident_units, -1, int64_t{1} << 20)) return c;
+  if (Check c = InRange<int64_t>("policy.staged_updates", p.staged_updates, 0, int64_t{1} << 20)) return c;
   if (Check c = Known("policy.grad_landing", p.grad_landing)) return c;
   if (Check c = Bounded("policy.gpu_memory_budget_bytes", p.gpu_memory_budget_bytes, 0, int64_t{1} << 56)) return c;
   const bool drift_ok = p.replan_threshold > 0 && std::isfinite(p.replan_threshold);
@@ -220,6 +221,11 @@ Check FindProblem(const TrainConfig& c) {
                    absl::StrCat("must be 0 or -1 (auto) with optimizer.state_dtype ", NameOf(c.optimizer.state_dtype),
                                 " over several hosts: units resident over hosts keep fp32 moments, got ",
                                 c.policy.resident_units)};
+  }
+  if (c.policy.staged_updates > 0 && c.hosts.count > 1) {
+    return Problem{"policy.staged_updates",
+                   absl::StrCat("must be 0 over several hosts (each host holds a shard of a unit's master), got ",
+                                c.policy.staged_updates)};
   }
   if (Check p = CheckHosts(c)) return p;
   return CheckRun(c);

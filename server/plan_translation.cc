@@ -28,6 +28,7 @@ void KnobsToProto(const PlanKnobs& k, int64_t blocks, int64_t units, int64_t res
   out->set_resident_units(k.policy.resident_units);
   out->set_units(units);
   out->set_resident_bytes(resident_bytes);
+  out->set_staged_updates(k.policy.staged_updates);
 }
 
 void TimesToProto(const std::map<std::string, double>& times,

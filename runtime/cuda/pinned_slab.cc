@@ -20,4 +20,14 @@ absl::StatusOr<std::shared_ptr<void>> AllocatePinnedSlab(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
 }
 
+absl::StatusOr<std::shared_ptr<void>> PageLock(void* p, size_t bytes) {
+  const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    const absl::Status s = CudaError(err, "cudaHostRegister", __FILE__, __LINE__);
+    return absl::ResourceExhaustedError(absl::StrCat("page-locking ", bytes, " bytes of host memory: ", s.message()));
+  }
+  return std::shared_ptr<void>(p, [](void* q) { cudaHostUnregister(q); });
+}
+
 }  // namespace slidedp

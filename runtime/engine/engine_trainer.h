@@ -19,6 +19,7 @@
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/host_group.h"
 #include "runtime/engine/resident_state.h"
+#include "runtime/engine/staged_updates.h"
 #include "runtime/engine/routes.h"
 #include "runtime/engine/step_trace.h"
 #include "runtime/io/stop_token.h"
@@ -72,7 +73,8 @@ class EngineTrainer final : public Trainer {
   absl::Status BuildWorkers();
   ~EngineTrainer() override {
     workers_.clear();
-    pipeline_.reset();  // its last updates may still use resident_ and the host groups
+    pipeline_.reset();  // its last updates may still use resident_, staged_ and the host groups
+    staged_.reset();
     resident_.reset();
   }
 
@@ -132,8 +134,12 @@ class EngineTrainer final : public Trainer {
   // Several hosts place them once, at the job's start, all hosts together (an empty
   // ResidentState when none), and keep them through plan changes.
   absl::Status BuildResident(const std::vector<at::Device>& devices);
+  // The streamed units whose update a GPU runs (policy.staged_updates; none: staged_
+  // stays null), after the resident units (they are the last units left streamed).
+  absl::Status BuildStaged(const std::vector<at::Device>& devices);
   // Before the workers are rebuilt: the resident units' state back to the host state,
-  // which then holds every unit (updates drained). Several hosts: only the drain.
+  // which then holds every unit (updates drained), and the staged updates' buffers
+  // freed. Several hosts: only the drain.
   void DropResident();
   // Drains the updates and brings the resident units' state to the host state, for
   // checkpoints, export and the digest; the error of a failed update.
@@ -205,6 +211,7 @@ class EngineTrainer final : public Trainer {
   std::unique_ptr<UpdatePipeline> pipeline_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<ResidentState> resident_;  // null: every unit streams
+  std::unique_ptr<StagedUpdates> staged_;    // null: the CPU updates every streamed unit
   HostLinks hosts_;                          // null groups: one host
   int64_t host_bytes_before_ = 0;  // the trainer's and link's bytes sent at the last step's end
   PlanManager plan_;

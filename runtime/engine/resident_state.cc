@@ -216,7 +216,7 @@ absl::Status ResidentState::FromHost() {
 }
 
 #if !defined(SLIDEDP_TORCH_CUDA)
-void RunDeviceAdamW(const UnitState&, const AdamWHyper&, const std::vector<DecaySpan>&) {
+void RunDeviceAdamW(const UnitState&, const AdamWHyper&, const std::vector<DecaySpan>&, int64_t, const at::Tensor&) {
   throw std::runtime_error("resident units on a GPU: this build has no CUDA kernels");
 }
 #endif

@@ -120,9 +120,12 @@ class ResidentState {
 
 // Runs the GPU AdamW (adamw_device.h) over a resident unit's buffers `s` on the current
 // stream of their device, each parameter range of `spans` with its weight decay, the
-// moments' kind told by m's dtype (float, bfloat16, or int8 with the scales); it writes
-// no compute copy (s.params is not read):
+// moments' kind told by m's dtype (float, bfloat16, or int8 with the scales). The
+// buffers' element 0 is element `first_index` of the unit (a multiple of kMomentBlock:
+// the 8-bit codes' rounding follows the unit's indices); `out`, when defined, receives
+// the new parameters in its dtype (bf16 or fp32; s.params is not read):
 // resident_state_cuda.cc with a CUDA LibTorch; elsewhere it throws.
-void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<DecaySpan>& spans);
+void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<DecaySpan>& spans,
+                    int64_t first_index = 0, const at::Tensor& out = at::Tensor());
 
 }  // namespace slidedp

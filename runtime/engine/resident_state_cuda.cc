@@ -12,18 +12,24 @@
 
 namespace slidedp {
 
-void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<DecaySpan>& spans) {
+void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<DecaySpan>& spans,
+                    int64_t first_index, const at::Tensor& out) {
   void* stream = c10::cuda::getCurrentCUDAStream(s.master.device().index()).stream();
-  // No compute copy to write: the worker casts the master into a slot when it uses the
-  // unit (resident_state.h).
+  // A resident unit writes no parameters (the worker casts the master into a slot when
+  // it uses the unit); a staged chunk writes the streamed copy's.
+  TORCH_CHECK(!out.defined() || out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kFloat,
+              "device AdamW: the parameters out must be bf16 or fp32");
+  const bool bf16 = out.defined() && out.scalar_type() == at::kBFloat16;
+  char* out_base = out.defined() ? static_cast<char*>(out.data_ptr()) : nullptr;
+  const int64_t out_size = out.defined() ? out.element_size() : 0;
   if (s.m.scalar_type() == at::kFloat) {
     for (const DecaySpan& span : spans) {
       AdamWHyper hp = h;
       hp.weight_decay = span.weight_decay;
       const int64_t b = span.begin;
       const AdamWDeviceArgs a{s.master.data_ptr<float>() + b, s.grad.data_ptr<float>() + b,
-                              s.m.data_ptr<float>() + b, s.v.data_ptr<float>() + b, /*out=*/nullptr,
-                              /*out_bf16=*/false, span.end - b};
+                              s.m.data_ptr<float>() + b, s.v.data_ptr<float>() + b,
+                              out_base != nullptr ? out_base + b * out_size : nullptr, bf16, span.end - b};
       const std::string failed = LaunchAdamW(DeviceCoeffs(hp), a, stream);
       TORCH_CHECK(failed.empty(), __FILE__, ":", __LINE__, ": ", failed);
     }
@@ -44,10 +50,11 @@ void RunDeviceAdamW(const UnitState& s, const AdamWHyper& h, const std::vector<D
   a.v = mv.v;
   a.m_scale = mv.m_scale;
   a.v_scale = mv.v_scale;
-  a.out = nullptr;
-  a.out_bf16 = false;
+  a.out = out_base;
+  a.out_bf16 = bf16;
   a.n = s.master.numel();
   a.step = h.step;
+  a.first = first_index;
   const std::string failed = LaunchAdamWStored(DeviceCoeffs(h), a, stream);
   TORCH_CHECK(failed.empty(), __FILE__, ":", __LINE__, ": ", failed);
 }

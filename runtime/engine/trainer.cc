@@ -98,6 +98,7 @@ absl::Status EngineTrainer::BuildWorkers() {
   // workers' buffers come after them.
   ResolveAutoCounts(devices);
   if (absl::Status s = BuildResident(devices); !s.ok()) return s;
+  if (absl::Status s = BuildStaged(devices); !s.ok()) return s;
   for (int w = 0; w < W; ++w) {
     const at::Device& device = devices[w];
     absl::StatusOr<std::unique_ptr<Worker>> worker =

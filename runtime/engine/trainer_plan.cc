@@ -14,6 +14,7 @@
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/resident_state.h"
 #include "runtime/engine/routes.h"
+#include "runtime/engine/staged_updates.h"
 #include "runtime/plan/activation_policy.h"
 #include "runtime/plan/residency.h"
 #include "runtime/plan/job_knobs.h"
@@ -64,8 +65,27 @@ absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices
   return absl::OkStatus();
 }
 
+absl::Status EngineTrainer::BuildStaged(const std::vector<at::Device>& devices) {
+  const int64_t n = config_.policy.staged_updates;
+  if (n <= 0) return absl::OkStatus();
+  std::vector<int64_t> unit_params;
+  for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
+  const Residency none;
+  const Staging staging =
+      PlaceStaged(unit_params, resident_ != nullptr ? resident_->placement() : none, n, config_.workers,
+                  static_cast<int>(at::elementSize(state_->compute_dtype())), config_.optimizer.state_dtype,
+                  config_.policy.chunk_elems);
+  absl::StatusOr<std::unique_ptr<StagedUpdates>> s = StagedUpdates::Create(state_.get(), staging, devices);
+  if (!s.ok()) return s.status();
+  staged_ = std::move(*s);
+  pipeline_->set_staged(staged_.get());
+  return absl::OkStatus();
+}
+
 void EngineTrainer::DropResident() {
   pipeline_->Drain();
+  pipeline_->set_staged(nullptr);
+  staged_.reset();
   if (resident_ == nullptr || hosts_.trainer != nullptr) return;
   resident_->ToHost();
   pipeline_->set_resident(nullptr);

@@ -9,6 +9,7 @@
 #include "runtime/engine/exception_status.h"
 #include "runtime/engine/host_group.h"
 #include "runtime/engine/resident_state.h"
+#include "runtime/engine/staged_updates.h"
 #include "runtime/engine/step_trace.h"
 #include "runtime/model/param_layout.h"
 #include "runtime/state/adamw.h"
@@ -247,14 +248,24 @@ void UpdatePipeline::Loop() {
       // so among the queued updates the lowest (step, unit) goes first. Without
       // clipping, units land L..1, 0; the ones still queued when backward ends are
       // then updated in the order the next forward uses them.
-      auto next = std::min_element(queue_.begin(), queue_.end(), [](const Task& a, const Task& b) {
-        return a.step != b.step ? a.step < b.step : a.unit < b.unit;
-      });
+      // A staged update goes before any CPU update: issuing it only queues its copies
+      // and kernels on its GPU, which then run beside the CPU's updates.
+      auto earlier = [](const Task& a, const Task& b) { return a.step != b.step ? a.step < b.step : a.unit < b.unit; };
+      auto next = queue_.end();
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        const bool on_gpu = staged_ != nullptr && !it->skip && staged_->staged(it->unit);
+        if (on_gpu && (next == queue_.end() || earlier(*it, *next))) next = it;
+      }
+      if (next == queue_.end()) next = std::min_element(queue_.begin(), queue_.end(), earlier);
       // Several hosts meet in every update's gather: the same order on each, the order
       // the link landed the units in (the same everywhere), not that of what is queued.
       if (gather_ != nullptr) next = queue_.begin();
       t = *next;
       queue_.erase(next);
+    }
+    if (staged_ != nullptr && !t.skip && staged_->staged(t.unit)) {
+      IssueStaged(t);
+      continue;
     }
     const double t0 = MonotonicSeconds();
     const bool on_gpu = resident_ != nullptr && resident_->resident(t.unit);
@@ -315,9 +326,7 @@ void UpdatePipeline::Done(const Task& t, const absl::Status& s) {
   --pending_;
 }
 
-void UpdatePipeline::Apply(const Task& t) {
-  UnitState& s = state_->unit(t.unit);
-  const UnitLayout& layout = state_->layout().units[t.unit];
+AdamWHyper UpdatePipeline::Hyper(const Task& t) const {
   AdamWHyper h;
   h.lr = static_cast<float>(t.lr);
   h.step = t.adam_step;
@@ -325,13 +334,47 @@ void UpdatePipeline::Apply(const Task& t) {
   h.beta2 = static_cast<float>(config_.optimizer.beta2);
   h.eps = static_cast<float>(config_.optimizer.eps);
   h.grad_scale = static_cast<float>(t.scale);
+  return h;
+}
+
+std::vector<float> UpdatePipeline::Decays(int u) const {
+  std::vector<float> decay;
+  for (const ParamSpec& ps : state_->layout().units[u].params) {
+    decay.push_back(ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f);
+  }
+  return decay;
+}
+
+void UpdatePipeline::IssueStaged(const Task& t) {
+  const double t0 = MonotonicSeconds();
+  auto done = [this, t, t0](absl::Status s) {
+    if (!s.ok()) {
+      s = absl::InternalError(absl::StrCat("the staged update of ", UnitName(t.unit, units_), " in step ",
+                                           t.step + 1, " failed: ", s.message()));
+    }
+    if (trace_ != nullptr) {
+      trace_->Add(StepTrace::kHostPid, "staged update", absl::StrCat("staged update ", UnitName(t.unit, units_)),
+                  t0, MonotonicSeconds());
+    }
+    absl::MutexLock lock(&mu_);
+    Done(t, s);
+  };
+  // Not the update thread's busy time (TakeBusySeconds: the CPU's AdamW), which the
+  // rates' refinement divides among the CPU's units (measurements.h).
+  try {
+    staged_->Issue(t.unit, Hyper(t), Decays(t.unit), done);
+  } catch (const std::exception& e) {
+    done(absl::InternalError(ExceptionMessage(e)));  // nothing of it was left to complete
+  }
+}
+
+void UpdatePipeline::Apply(const Task& t) {
+  UnitState& s = state_->unit(t.unit);
+  const UnitLayout& layout = state_->layout().units[t.unit];
+  AdamWHyper h = Hyper(t);
   if (resident_ != nullptr && resident_->resident(t.unit)) {
     // Resident on a GPU: issued there, after the gradient, before the next forward.
-    std::vector<float> decay;
-    for (const ParamSpec& ps : layout.params) {
-      decay.push_back(ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f);
-    }
-    resident_->Update(t.unit, h, decay, config_.policy.update_threads);
+    resident_->Update(t.unit, h, Decays(t.unit), config_.policy.update_threads);
     return;
   }
   float* p = s.master.data_ptr<float>();

@@ -3,8 +3,9 @@
 // runs AdamW on its own thread: with clipping, once every unit has landed, in forward
 // order (overlapping the next step's forward); without clipping, each unit as soon as
 // it lands (overlapping backward); queued updates run earliest deadline first (the
-// lowest unit, which the next forward needs soonest). It publishes a version per unit so that workers
-// start a unit's next forward only after its update.
+// lowest unit, which the next forward needs soonest), except that the staged units'
+// (policy.staged_updates) are issued to their GPU before any CPU update. It publishes a
+// version per unit so that workers start a unit's next forward only after its update.
 // Threads: GradLanded/WaitParamsReady from worker threads, BeginStep/Drain/Summary from
 // the trainer's thread, the updates on the pipeline's own thread; over several hosts,
 // the reduce-scatters on the link's thread and the all-gathers of updated copies on the
@@ -22,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/engine/serial_executor.h"
+#include "runtime/state/adamw.h"
 #include "runtime/state/host_state.h"
 #include "runtime/train_config.h"
 
@@ -29,6 +31,7 @@ namespace slidedp {
 
 class HostGroup;
 class ResidentState;
+class StagedUpdates;
 class StepTrace;
 
 struct StepUpdateSummary {
@@ -91,6 +94,11 @@ class UpdatePipeline {
   // The units resident on a GPU (may be null): their updates are issued there
   // (ResidentState::Update) instead of run here. Trainer's thread, after Drain().
   void set_resident(ResidentState* resident) { resident_ = resident; }
+  // The streamed units whose AdamW a GPU runs (may be null): issued there
+  // (StagedUpdates::Issue) before any CPU update, so that the GPU's copies and the CPU's
+  // updates overlap; each is done when the host state holds it. Trainer's thread, after
+  // Drain().
+  void set_staged(StagedUpdates* staged) { staged_ = staged; }
   // Several hosts (null: one): `link` reduces each landed unit's gradient over the hosts
   // into this host's shard (a resident unit's: the whole sum on every host) and sums
   // the norm (on a thread of its own, in the backward's order), before the unit counts
@@ -124,6 +132,11 @@ class UpdatePipeline {
   void ScheduleAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Apply(const Task& t);
+  // AdamW's hyperparameters for `t`, and each parameter's weight decay of unit `u`.
+  AdamWHyper Hyper(const Task& t) const;
+  std::vector<float> Decays(int u) const;
+  // Issues `t` on its GPU (StagedUpdates); Done once the host state holds it.
+  void IssueStaged(const Task& t);
 
   HostState* const state_;
   const TrainConfig config_;
@@ -152,6 +165,7 @@ class UpdatePipeline {
   std::map<int64_t, int64_t> gathered_bytes_ ABSL_GUARDED_BY(mu_);  // per step of the updates
   StepTrace* trace_ = nullptr;
   ResidentState* resident_ = nullptr;
+  StagedUpdates* staged_ = nullptr;
   HostGroup* link_ = nullptr;
   HostGroup* gather_ = nullptr;
   std::unique_ptr<SerialExecutor> link_executor_;

@@ -11,8 +11,9 @@ void RefineRates(const StepMeasurement& step, const StepPrediction& predicted, c
   auto blend = [alpha](double& rate, double measured) {
     if (measured > 0 && std::isfinite(measured)) rate = (1 - alpha) * rate + alpha * measured;
   };
-  // The CPU updates the streamed units only (resident ones update on their GPU).
-  const int64_t cpu_params = shape.total_params() - predicted.resident_params;
+  // The CPU updates the streamed units only (resident ones update on their GPU, staged
+  // ones too, and the update thread's busy time leaves them out).
+  const int64_t cpu_params = shape.total_params() - predicted.resident_params - predicted.staged_params;
   if (!step.skipped && step.update_busy_seconds > 0 && cpu_params > 0) {
     blend(r.adamw_params_per_s, static_cast<double>(cpu_params) / step.update_busy_seconds);
   }

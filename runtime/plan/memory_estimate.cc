@@ -122,13 +122,19 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
   m.loss_chunk = chunk_tokens * shape.vocab * 12 + shape.vocab * shape.hidden * pb;
   m.margin = job.cuda ? 2 * kGiB : 0;
   m.resident = ResidencyOf(shape, job, k).max_bytes();
+  if (k.policy.staged_updates > 0) {
+    m.staged = PlaceStaged(shape.unit_params, ResidencyOf(shape, job, k), k.policy.staged_updates, job.workers,
+                           job.param_bytes, job.moments, k.policy.chunk_elems)
+                   .bytes_per_rank;
+  }
   // A block's working set and the loss head's chunk are transient and never held at
   // once (one compute stream runs them in turn; each frees before the next unit), so the
   // larger of the two counts. The trace's memory counters (2026-12-06, H100, 7.62B at
   // 32 x 4096 and 3.09B at 16 x 4096, loss chunks of 4096 tokens): the peak rose 1.8-4.1
   // GiB over the persistent bytes, where working plus loss chunk had added 11.7 and 16.9
   // (memory_estimate_test.cc pins the estimate against the reserved peaks measured).
-  m.total = m.slots + m.grad_buffers + m.activations + std::max(m.working, m.loss_chunk) + m.margin + m.resident;
+  m.total = m.slots + m.grad_buffers + m.activations + std::max(m.working, m.loss_chunk) + m.margin + m.resident +
+            m.staged;
   return m;
 }
 

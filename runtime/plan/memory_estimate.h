@@ -23,6 +23,7 @@ struct MemoryEstimate {
                              // as working: the total counts the larger of the two)
   int64_t margin = 0;        // CUDA context, allocator
   int64_t resident = 0;      // resident units' state on the rank holding most (ResidentUnitBytes)
+  int64_t staged = 0;        // policy.staged_updates' two buffers (residency.h's PlaceStaged)
   int64_t total = 0;
 };
 

@@ -42,4 +42,25 @@ int64_t ResidentUnitsWithin(const std::vector<int64_t>& unit_params, int workers
   return n;
 }
 
+Staging PlaceStaged(const std::vector<int64_t>& unit_params, const Residency& resident, int64_t n, int workers,
+                    int compute_bytes, MomentDtype moments, int64_t chunk_elems) {
+  Staging s;
+  const int U = static_cast<int>(unit_params.size());
+  const int W = std::max(workers, 1);
+  s.lane.assign(U, -1);
+  int64_t largest = 0, placed = 0;
+  for (int u = U - 1; u >= 0 && placed < n; --u) {
+    if (resident.resident(u)) continue;
+    s.lane[u] = static_cast<int>(placed % W);
+    largest = std::max(largest, unit_params[u]);
+    ++placed;
+  }
+  if (placed == 0) return s;
+  const int64_t block = kMomentBlock;
+  auto blocks = [&](int64_t e) { return (e + block - 1) / block * block; };
+  s.chunk_elems = std::min(blocks(chunk_elems > 0 ? chunk_elems : kStagedChunkElems), blocks(largest));
+  s.bytes_per_rank = 2 * (s.chunk_elems * (8 + compute_bytes) + MomentBytes(moments, s.chunk_elems));
+  return s;
+}
+
 }  // namespace slidedp

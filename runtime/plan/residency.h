@@ -42,4 +42,24 @@ Residency PlaceResident(const std::vector<int64_t>& unit_params, int64_t n, int 
 int64_t ResidentUnitsWithin(const std::vector<int64_t>& unit_params, int workers, int64_t bytes_per_rank,
                             MomentDtype moments = MomentDtype::kFp32);
 
+// Staged updates (policy.staged_updates, runtime/engine/staged_updates.h): the streamed
+// units whose AdamW a GPU runs, their state copied in and out in chunks of
+// kStagedChunkElems (a multiple of the 8-bit moments' blocks) through two chunks'
+// buffers on each GPU.
+inline constexpr int64_t kStagedChunkElems = int64_t{64} << 20;
+struct Staging {
+  std::vector<int> lane;       // per unit: the rank whose GPU updates it; -1: the CPU (or resident)
+  int64_t chunk_elems = 0;     // elements of one staging buffer (0: none staged)
+  int64_t bytes_per_rank = 0;  // GPU bytes of the two buffers on each rank with a staged unit
+};
+// The last `n` units of `unit_params` that `resident` leaves streamed (the head first,
+// then the blocks before it), taken in turn by the W ranks; chunks of `chunk_elems`
+// (policy.chunk_elems; 0: kStagedChunkElems) rounded up to the 8-bit moments' blocks, or
+// the largest staged unit's size when smaller. Each of the
+// two buffers: fp32 master and gradient, m and v as `moments` stores them (and the 8-bit
+// scales), and the streamed copy (`compute_bytes`: the bf16 gradient in, the new
+// parameters out).
+Staging PlaceStaged(const std::vector<int64_t>& unit_params, const Residency& resident, int64_t n, int workers,
+                    int compute_bytes, MomentDtype moments = MomentDtype::kFp32, int64_t chunk_elems = 0);
+
 }  // namespace slidedp

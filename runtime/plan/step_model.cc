@@ -93,8 +93,11 @@ StepPrediction PredictStep(const ModelShape& shape, const JobShape& job, const P
     if (op.start >= t0 && op.start < t1) p.busy[op.resource] += op.end - op.start;
   }
   const Residency residency = ResidencyOf(shape, job, knobs);
+  const Staging staging = PlaceStaged(shape.unit_params, residency, knobs.policy.staged_updates, job.workers,
+                                      job.param_bytes, job.moments, knobs.policy.chunk_elems);
   for (int u = 0; u < shape.num_units(); ++u) {
     if (residency.resident(u)) p.resident_params += shape.unit_params[u];
+    if (staging.lane[u] >= 0) p.staged_params += shape.unit_params[u];
   }
   // The streamed units' parameters this host updates: its shard of each (host 0's, the
   // largest), all of them on one host.

@@ -97,6 +97,9 @@ struct StepPrediction {
   int64_t network_bytes = 0;   // per host and step, sent to the other hosts (as many received)
   int64_t resident_params = 0; // parameters updated on a GPU (resident units); the CPU
                                // update thread updates the others
+  int64_t staged_params = 0;   // streamed parameters whose update a GPU runs, staged
+                               // (policy.staged_updates); the replay still counts their
+                               // update as the CPU's (not modelled yet)
   MemoryEstimate memory;
 };
 

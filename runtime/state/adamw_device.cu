@@ -148,7 +148,7 @@ __global__ void AdamWInt8MomentsKernel(StoredLaunch l) {
     __syncthreads();
     const float sm = block_scales[0], sv = block_scales[1];
     if (live) {
-      const uint32_t bits = mc::RoundingBits(key, i);
+      const uint32_t bits = mc::RoundingBits(key, a.first + i);
       qm[i] = mc::EncodeSigned8(m, mc::InvScale(sm), bits);
       qv[i] = mc::EncodeUnsigned8(root, mc::InvSqrtScale(sv), mc::VBits(bits));
     }

@@ -42,7 +42,8 @@ struct AdamWDeviceArgs {
 // The weight decay differs by parameter range: `span_end` ascending (the last at n),
 // each span's Coeffs::decay in `span_decay`; the other coefficients are the call's.
 // The 8-bit codes are rounded with the random bits of each element's index in the unit
-// and `step` (a resident unit is whole on its GPU: its element 0 is the unit's).
+// and `step`: element 0 is element `first` of its unit (0 for a resident unit, whole on
+// its GPU; a staged chunk's start, a multiple of kMomentBlock).
 inline constexpr int kMaxDeviceSpans = 64;
 struct AdamWStoredDeviceArgs {
   float* param;
@@ -56,6 +57,7 @@ struct AdamWStoredDeviceArgs {
   bool out_bf16;
   int64_t n;
   int64_t step;
+  int64_t first;
   int spans;
   int64_t span_end[kMaxDeviceSpans];
   float span_decay[kMaxDeviceSpans];

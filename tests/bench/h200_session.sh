@@ -8,7 +8,7 @@
 # Steps (default order = priority): build cudatests tok bench4 bench4host bench4noclip
 # long32k bench16 (then, by name: refbuild ab ab16 ab64 ab7b32 (A/B against .deps/ref.tar) kept64 keptfix qkab (RoPE layout A/B, one binary) sbruns (SBRUNS="ARGS|ARGS": step_bench runs) memtrace (GPU memory per phase) adamw quality22 moments4
 # moments7b cap14b fail14b kernelrate (issue 22's moment dtypes, capacity, kernel rates) goals20 goals21 goalsall (the open H200 goals of issues 20 and 21, the worker's own plans) res4int8 res14b (resident units with int8 moments) res4 res7b res7b16 res7bgrid resbudget
-# (issue 21's resident units against streamed and plain PyTorch) hosts2 (issue 24: two
+# (issue 21's resident units against streamed and plain PyTorch) staged7b (issue 21: staged updates at 4 x 4096) hosts2 (issue 24: two
 # processes as two hosts on the one GPU) b16plain keptab (issue 20's kept blocks against recompute) fusedab fusedab7b (issue 20's A/B of the fused kernels, 3.09B x 16 and 7.62B x 32) vecab (their 16-byte forms against the scalar ones) recab recab7b (issue 20's recompute without the down projection) mbsweep (issues 20, 21: one batch in micro-batches of 4, 2, 1) long128k bench64 bench7b32 bench7b plain fsdp2 export alltests; issue 23's realtok (carry build/tests/fixtures/tokenizer) export23; issue 20's ncublock (ncu per kernel of one block, NVTX);
 # issue 10's long64k long256k long256k7b long32kauto bench8 plainlong; issue 5's plan3b4
 # plan3b8 plan3b16 plan7b1 plan7b2 plan7b4; issue 8's, on a machine of 2 or 4 GPUs:
@@ -418,6 +418,15 @@ for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k ben
              run --micro_batch_size=4 --grad_accum=4
              run --micro_batch_size=4 --grad_accum=8
            fi' ;;
+    # Issue 21: the 7.62B at 4 x 4096 beside plain PyTorch's 1 x 4096, the worker's own
+    # plan with 0 to 6 streamed units' updates staged through the GPU (one host state),
+    # then the old 18 resident + 23 kept; a trace of the plan with 3 staged.
+    staged7b) TAILN=14 step staged7b ${STAGED_CAP:-420} bash -c '
+           M="--model=qwen2.5-7b --prefetch=2 --steps=3 --micro_batch_size=4 --grad_accum=1 --state_dtype=int8"
+           python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-7b --batch 1 --seq 4096 2>&1 | grep RESULT
+           '"$B"'/step_bench $M --sweep=staged_updates:0,1,2,3,4,6 2>&1 | grep -E "mean of|setup"
+           '"$B"'/step_bench $M --resident_units=18 --kept_blocks=23 2>&1 | grep -E "mean of|setup"
+           '"$B"'/step_bench $M --staged_updates=3 --trace='"$R"'/staged3.json 2>&1 | grep -E "mean of"' ;;
     plain) step plain 90 python3 tests/bench/torch_baseline.py --mode plain --shape qwen2.5-3b --batch 4 --seq 4096 ;;
     fsdp2) step fsdp2 120 python3 tests/bench/torch_baseline.py --mode fsdp2_offload --shape qwen2.5-3b --batch 4 --seq 4096 ;;
     export) step export 90 tests/reference/check_trained_export.sh build-gpu ;;

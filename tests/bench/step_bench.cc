@@ -3,11 +3,11 @@
 // Usage: step_bench [--model=qwen2.5-3b] [--device=cuda] [--workers=1] [--seq_len=4096]
 //                   [--micro_batch_size=1] [--grad_accum=4] [--steps=4] [--loss_chunk=4096]
 //                   [--prefetch=1] [--grad_landing=auto] [--activations=auto|device|host] [--mlp_tile=0] [--kept_blocks=-1] [--no_clip=1] [--grad_route=..] [--param_route=..] [--trace=FILE]
-//                   [--resident_units=-1] [--gpu_memory_budget=0]
+//                   [--resident_units=-1] [--staged_updates=0] [--gpu_memory_budget=0]
 //                   [--nnodes=1 --node_rank=0 --master_addr=127.0.0.1 --master_port=29500: one host of a job
 //                    over several (issue 24); the batch flags are this host's]
 //                   [--routes=PARAM/GRAD,...: each pair in turn over one host state]
-//                   [--sweep=FIELD:V1,V2,...: each value of FIELD (resident_units, kept_blocks,
+//                   [--sweep=FIELD:V1,V2,...: each value of FIELD (resident_units, kept_blocks, staged_updates,
 //                    gpu_memory_budget_bytes, micro_batch_size: the same sequences a step) in
 //                    turn over one host state, in one process]
 // Prints every step, then the mean of the steps after the first (with --steps=1, of the
@@ -52,6 +52,7 @@ int Main(int argc, char** argv) {
   c.policy.mlp_tile_tokens = std::stoll(Flag(argc, argv, "mlp_tile", "0"));
   c.policy.kept_blocks = std::stoll(Flag(argc, argv, "kept_blocks", "-1"));
   c.policy.resident_units = std::stoll(Flag(argc, argv, "resident_units", "-1"));
+  c.policy.staged_updates = std::stoll(Flag(argc, argv, "staged_updates", "0"));
   c.policy.gpu_memory_budget_bytes = static_cast<int64_t>(std::stod(Flag(argc, argv, "gpu_memory_budget", "0")));
   c.hosts.count = std::stoi(Flag(argc, argv, "nnodes", "1"));
   c.hosts.rank = std::stoi(Flag(argc, argv, "node_rank", "0"));
@@ -124,9 +125,9 @@ int Main(int argc, char** argv) {
   // The plan the trainer runs with now, for the labels of a sweep.
   auto plan_label = [&]() {
     const PlanKnobs& k = (*trainer)->Plan().knobs;
-    return absl::StrFormat("%d x %d micro-batches | resident %d kept %d budget %.0f GB | ", k.micro_batch_size,
-                           k.grad_accum, k.policy.resident_units, k.policy.kept_blocks,
-                           k.policy.gpu_memory_budget_bytes / 1e9);
+    return absl::StrFormat("%d x %d micro-batches | resident %d kept %d staged %d budget %.0f GB | ",
+                           k.micro_batch_size, k.grad_accum, k.policy.resident_units, k.policy.kept_blocks,
+                           k.policy.staged_updates, k.policy.gpu_memory_budget_bytes / 1e9);
   };
   const std::string sweep = Flag(argc, argv, "sweep", "");
   if (!sweep.empty()) {
@@ -134,9 +135,9 @@ int Main(int argc, char** argv) {
     const std::vector<std::string> fv = absl::StrSplit(sweep, absl::MaxSplits(':', 1));
     const std::string field = fv[0];
     if (fv.size() != 2 || (field != "resident_units" && field != "kept_blocks" && field != "gpu_memory_budget_bytes" &&
-                           field != "micro_batch_size")) {
+                           field != "micro_batch_size" && field != "staged_updates")) {
       std::fprintf(stderr,
-                   "step_bench: --sweep wants resident_units|kept_blocks|gpu_memory_budget_bytes|micro_batch_size:V1,V2,..., "
+                   "step_bench: --sweep wants resident_units|kept_blocks|staged_updates|gpu_memory_budget_bytes|micro_batch_size:V1,V2,..., "
                    "got \"%s\"\n",
                    sweep.c_str());
       return 2;
@@ -146,6 +147,7 @@ int Main(int argc, char** argv) {
       const int64_t v = static_cast<int64_t>(std::stod(std::string(value)));
       if (field == "resident_units") k.policy.resident_units = v;
       if (field == "kept_blocks") k.policy.kept_blocks = v;
+      if (field == "staged_updates") k.policy.staged_updates = v;
       if (field == "gpu_memory_budget_bytes") k.policy.gpu_memory_budget_bytes = v;
       if (field == "micro_batch_size") {  // the same sequences a step, in micro-batches of v
         const int64_t sequences = c.micro_batch_size * c.grad_accum;

@@ -138,6 +138,20 @@ TEST(FormatTest, PlanShowsPredictedMeasuredResourcesAndCandidates) {
   EXPECT_NE(json.find("\"bottleneck\":\"cpu_update\""), std::string::npos) << json;
 }
 
+// Issue 21: the streamed units whose update a GPU runs (policy.staged_updates), at
+// most those left streamed; nothing when none.
+TEST(FormatTest, PlanShowsStagedUpdates) {
+  EXPECT_EQ(FormatPlan(SamplePlan()).find("staged"), std::string::npos);
+  v1::Plan plan = SamplePlan();
+  v1::PlanKnobs* k = plan.mutable_knobs();
+  k->set_units(38);
+  k->set_resident_units(30);
+  k->set_staged_updates(3);
+  EXPECT_NE(FormatPlan(plan).find(", 3 updates staged on a GPU"), std::string::npos) << FormatPlan(plan);
+  k->set_staged_updates(99);
+  EXPECT_NE(FormatPlan(plan).find(", 8 updates staged on a GPU"), std::string::npos) << FormatPlan(plan);
+}
+
 // Issue 21: the units whose training state lives on a GPU, out of the model's, and the
 // bytes they take on the GPU holding most; nothing when none is resident.
 TEST(FormatTest, PlanShowsResidentUnits) {

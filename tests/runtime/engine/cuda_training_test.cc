@@ -82,6 +82,12 @@ TrainConfig FixtureConfig(const nlohmann::json& s, const std::string& variant) {
     const std::string count = variant.substr(r + 9, variant.find('+', r + 1) - r - 9);
     c.policy.resident_units = count.empty() ? int64_t{1} << 20 : std::stoll(count);
   }
+  // Streamed units whose update the GPU runs, their state staged through it
+  // ("+staged2": the last two), in chunks of 4096 (several a unit).
+  if (const size_t st = variant.find("+staged"); st != std::string::npos) {
+    c.policy.staged_updates = std::stoll(variant.substr(st + 7, variant.find('+', st + 1) - st - 7));
+    c.policy.chunk_elems = 4096;
+  }
   return c;
 }
 
@@ -158,7 +164,8 @@ TEST_P(CudaTrainingTest, FiveStepsMatchPyTorchBf16Autocast) {
 
 INSTANTIATE_TEST_SUITE_P(GradLanding, CudaTrainingTest,
                          ::testing::Values("bf16", "fp32", "bf16+host_activations+prefetch2+mlp_tiles",
-                                           "bf16+resident", "fp32+resident2+prefetch2", "bf16+kept1+prefetch2"),
+                                           "bf16+resident", "fp32+resident2+prefetch2", "bf16+kept1+prefetch2",
+                                           "bf16+staged3+prefetch2", "fp32+resident1+staged2"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (ch == '+') ch = '_';

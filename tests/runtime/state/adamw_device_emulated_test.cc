@@ -130,6 +130,55 @@ TEST(AdamWDeviceEmulated, StoredMomentsEqualTheCpuUpdateBitForBit) {
   }
 }
 
+// A staged unit (staged_updates.h) is updated chunk by chunk, each chunk's buffers from
+// its element 0 with `first` its index in the unit, and no parameters out: the bits of
+// the CPU's update of the whole unit (the 8-bit codes' rounding follows the unit's
+// indices, the scales the unit's blocks).
+TEST(AdamWDeviceEmulated, ChunksOfAUnitEqualTheWholeUnitsCpuUpdate) {
+  for (MomentDtype d : {MomentDtype::kBf16, MomentDtype::kInt8}) {
+    SCOPED_TRACE(NameOf(d));
+    UnitState cpu = Start(d), gpu = Start(d);
+    const int64_t width = MomentWidth(d);
+    for (int64_t step = 1; step <= 3; ++step) {
+      const AdamWHyper h = Hyper(step);
+      std::vector<float> g = Gradient(step);
+      AdamWUpdateStored(h, kSpans, kN, cpu.p.data(), g.data(), nullptr, cpu.view(), /*first_index=*/0, 1);
+      // Chunks [0, 512) and [512, kN): the spans cut at the chunk's edges.
+      const int64_t cut = 2 * kMomentBlock;
+      const std::vector<DecaySpan> spans[2] = {{{0, 300, 0.1f}, {300, 301, 0.0f}, {301, cut, 0.05f}},
+                                               {{0, kN - cut, 0.05f}}};
+      const int64_t begin[2] = {0, cut}, n[2] = {cut, kN - cut};
+      for (int c = 0; c < 2; ++c) {
+        AdamWStoredDeviceArgs a{};
+        const MomentView mv = gpu.view();
+        a.param = gpu.p.data() + begin[c];
+        a.grad = g.data() + begin[c];
+        a.dtype = d;
+        a.m = static_cast<uint8_t*>(mv.m) + begin[c] * width;
+        a.v = static_cast<uint8_t*>(mv.v) + begin[c] * width;
+        if (d == MomentDtype::kInt8) {
+          a.m_scale = mv.m_scale + begin[c] / kMomentBlock;
+          a.v_scale = mv.v_scale + begin[c] / kMomentBlock;
+        }
+        a.out = nullptr;
+        a.n = n[c];
+        a.step = step;
+        a.first = begin[c];
+        ASSERT_TRUE(SetDecaySpans(h, spans[c], &a));
+        const emu::StoredLaunch launch{DeviceCoeffs(h), a};
+        if (d == MomentDtype::kInt8) {
+          cuda_emulation::Launch(emu::AdamWInt8MomentsKernel, 1, emu::kBlockThreads, 0, launch);
+        } else {
+          cuda_emulation::Launch(emu::AdamWBf16MomentsKernel, 1, emu::kBlockThreads, 0, launch);
+        }
+      }
+      SCOPED_TRACE(::testing::Message() << "step " << step);
+      ASSERT_EQ(std::memcmp(gpu.p.data(), cpu.p.data(), kN * 4), 0);
+      ASSERT_TRUE(gpu == cpu);
+    }
+  }
+}
+
 // fp32 moments, a launch per span (as resident_state_cuda.cc issues them), against the
 // CPU update of resident units on the CPU device (AdamWUpdate per span).
 TEST(AdamWDeviceEmulated, Fp32MomentsEqualTheCpuUpdateBitForBit) {
