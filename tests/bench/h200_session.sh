@@ -70,7 +70,7 @@ scale() { # MODEL DMON ROUTES
 export -f scale; export R B
 for s in ${STEPS:-build cudatests tok bench4 bench4host bench4noclip long32k bench16}; do
   case $s in
-    build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench plan_bench}" \
+    build) SLIDEDP_BUILD_TARGETS="${TARGETS:-slidedp_runtime_tests step_bench tokenize_bench plan_bench adamw_bench}" \
              step build 330 deploy/gpu-host-build.sh --runtime-only build-gpu || { tail -60 "$R/build.log"; exit 1; } ;;
     # Does the GPU compute right with PyTorch alone (GEMMs, every SDPA backend, ECC
     # counters)? Where it does not, our tests' failures on this machine say nothing of our code.
