@@ -45,6 +45,10 @@ absl::StatusOr<std::unique_ptr<StagedUpdates>> StagedUpdates::Create(HostState* 
 absl::Status StagedUpdates::Allocate(const std::vector<at::Device>& devices) {
   lanes_.resize(devices.size());
   bool cuda = false;
+  int first = 0;  // a staged unit: m and v are stored alike in every unit
+  while (first < state_->num_units() && !staged(first)) ++first;
+  if (first == state_->num_units()) return absl::OkStatus();  // every unit resident: none staged
+  const UnitState& host = state_->unit(first);
   for (size_t r = 0; r < devices.size(); ++r) {
     if (std::find(staging_.lane.begin(), staging_.lane.end(), static_cast<int>(r)) == staging_.lane.end()) continue;
     absl::StatusOr<std::unique_ptr<DeviceStreams>> st = DeviceStreams::Create(devices[r], /*timing=*/false);
@@ -54,8 +58,6 @@ absl::Status StagedUpdates::Allocate(const std::vector<at::Device>& devices) {
     cuda = cuda || lane.streams->is_cuda();
     const int64_t n = staging_.chunk_elems;
     const at::TensorOptions on = at::TensorOptions().device(devices[r]);
-    const UnitState& host = state_->unit(static_cast<int>(
-        std::find_if(staging_.lane.begin(), staging_.lane.end(), [](int l) { return l >= 0; }) - staging_.lane.begin()));
     for (Buffer& b : lane.buffers) {
       b.state.master = at::empty({n}, on.dtype(at::kFloat));
       b.state.grad = at::empty({n}, on.dtype(at::kFloat));

@@ -75,6 +75,7 @@ absl::Status EngineTrainer::BuildStaged(const std::vector<at::Device>& devices) 
       PlaceStaged(unit_params, resident_ != nullptr ? resident_->placement() : none, n, config_.workers,
                   static_cast<int>(at::elementSize(state_->compute_dtype())), config_.optimizer.state_dtype,
                   config_.policy.chunk_elems);
+  if (staging.chunk_elems == 0) return absl::OkStatus();  // every unit resident
   absl::StatusOr<std::unique_ptr<StagedUpdates>> s = StagedUpdates::Create(state_.get(), staging, devices);
   if (!s.ok()) return s.status();
   staged_ = std::move(*s);

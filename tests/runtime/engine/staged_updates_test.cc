@@ -85,7 +85,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{MomentDtype::kFp32, 1, 0, 1, true, false}, Case{MomentDtype::kFp32, 3, 0, 1, false, false},
                       Case{MomentDtype::kBf16, 2, 1, 1, true, false}, Case{MomentDtype::kInt8, 2, 0, 1, true, false},
                       Case{MomentDtype::kInt8, 99, 2, 1, false, false}, Case{MomentDtype::kInt8, 2, 0, 1, true, true},
-                      Case{MomentDtype::kFp32, 2, 1, 2, true, false}, Case{MomentDtype::kInt8, 3, 0, 2, true, true}),
+                      Case{MomentDtype::kFp32, 2, 1, 2, true, false}, Case{MomentDtype::kInt8, 3, 0, 2, true, true},
+                      Case{MomentDtype::kFp32, 2, 99, 1, true, false}),
     [](const ::testing::TestParamInfo<Case>& info) {
       const Case& k = info.param;
       return std::string(NameOf(k.moments)) + "_staged" + std::to_string(k.staged) + "_resident" +
