@@ -1,8 +1,8 @@
 // PinnedSlab: one block of page-locked host memory of exactly the asked size, from the
-// CUDA driver (cudaHostAlloc); and PageLock, which locks memory allocated elsewhere. LibTorch's pinned allocator rounds every allocation up to
-// a power of two (a 0.66 GB unit of a 14B model takes 1 GiB), which costs a large model
-// tens of GB of host memory; the host state takes its pinned buffers from one slab
-// instead. Needs only the CUDA toolkit (no LibTorch). The memory is freed when the last
+// CUDA driver (cudaHostAlloc); and PageLock, which locks memory allocated elsewhere.
+// LibTorch's pinned allocator rounds every allocation up to a power of two (a 0.66 GB
+// unit of a 14B model takes 1 GiB), which costs a large model tens of GB of host
+// memory; the host state takes its pinned buffers from one slab instead. Needs only the CUDA toolkit (no LibTorch). The memory is freed when the last
 // shared_ptr to it goes; any thread.
 #pragma once
 

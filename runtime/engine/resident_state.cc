@@ -124,11 +124,7 @@ void ResidentState::Update(int u, const AdamWHyper& h, const std::vector<float>&
   streams.Wait(StreamKind::kCompute, ready);
   {
     const std::unique_ptr<StreamUse> use = streams.Use(StreamKind::kCompute);
-    std::vector<DecaySpan> spans;
-    for (size_t i = 0; i < layout.params.size(); ++i) {
-      const ParamSpec& p = layout.params[i];
-      spans.push_back({p.offset, p.offset + p.numel, decay[i]});
-    }
+    const std::vector<DecaySpan> spans = DecaySpansOf(layout, decay, 0, layout.numel);
     if (s.master.is_cuda()) {
       RunDeviceAdamW(s, h, spans);
     } else {

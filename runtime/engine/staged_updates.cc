@@ -167,13 +167,7 @@ Event StagedUpdates::Chunk(Lane& lane, int u, int64_t b, int64_t e, const AdamWH
   streams.Wait(StreamKind::kCompute, streams.Record(StreamKind::kH2D));
 
   // The update: each parameter's range of the chunk with its decay.
-  std::vector<DecaySpan> spans;
-  const UnitLayout& layout = state_->layout().units[u];
-  for (size_t i = 0; i < layout.params.size(); ++i) {
-    const ParamSpec& p = layout.params[i];
-    const int64_t pb = std::max(b, p.offset), pe = std::min(e, p.offset + p.numel);
-    if (pe > pb) spans.push_back({pb - b, pe - b, decay[i]});
-  }
+  const std::vector<DecaySpan> spans = DecaySpansOf(state_->layout().units[u], decay, b, e);
   {
     auto use = streams.Use(StreamKind::kCompute);
     if (cuda) {

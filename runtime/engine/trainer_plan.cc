@@ -23,6 +23,16 @@
 
 namespace slidedp {
 namespace trainer_internal {
+namespace {
+
+// Parameters per unit, in the engine's unit order (what residency.h places).
+std::vector<int64_t> UnitParams(const ModelLayout& layout) {
+  std::vector<int64_t> n;
+  for (const UnitLayout& u : layout.units) n.push_back(u.numel);
+  return n;
+}
+
+}  // namespace
 
 void EngineTrainer::ResolveAutoCounts(const std::vector<at::Device>& devices) {
   if (config_.policy.resident_units >= 0 && config_.policy.kept_blocks >= 0) return;
@@ -50,10 +60,9 @@ absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices
     shared_->resident = resident_.get();
     return absl::OkStatus();
   }
-  std::vector<int64_t> unit_params;
-  for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
   const int64_t n = std::max<int64_t>(config_.policy.resident_units, 0);
-  const Residency placement = PlaceResident(unit_params, n, config_.workers, config_.optimizer.state_dtype);
+  const Residency placement =
+      PlaceResident(UnitParams(state_->layout()), n, config_.workers, config_.optimizer.state_dtype);
   // Several hosts agree on the count in Create, even when it is none.
   if (placement.units == 0 && hosts_.trainer == nullptr) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<ResidentState>> r =
@@ -68,11 +77,9 @@ absl::Status EngineTrainer::BuildResident(const std::vector<at::Device>& devices
 absl::Status EngineTrainer::BuildStaged(const std::vector<at::Device>& devices) {
   const int64_t n = config_.policy.staged_updates;
   if (n <= 0) return absl::OkStatus();
-  std::vector<int64_t> unit_params;
-  for (const UnitLayout& u : state_->layout().units) unit_params.push_back(u.numel);
   const Residency none;
   const Staging staging =
-      PlaceStaged(unit_params, resident_ != nullptr ? resident_->placement() : none, n, config_.workers,
+      PlaceStaged(UnitParams(state_->layout()), resident_ != nullptr ? resident_->placement() : none, n, config_.workers,
                   static_cast<int>(at::elementSize(state_->compute_dtype())), config_.optimizer.state_dtype,
                   config_.policy.chunk_elems);
   if (staging.chunk_elems == 0) return absl::OkStatus();  // every unit resident

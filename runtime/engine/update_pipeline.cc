@@ -391,15 +391,11 @@ void UpdatePipeline::Apply(const Task& t) {
   if (moments.dtype != MomentDtype::kFp32) {
     // Compact moments: one call per chunk (chunks start on quantization blocks), each
     // parameter's range with its own decay setting.
+    const std::vector<float> decay = Decays(t.unit);
     for (const Chunk& chunk : state_->chunks(t.unit)) {
       const int64_t cb = std::max(chunk.begin, sb), ce = std::min(chunk.end, se);
       if (ce <= cb) continue;
-      std::vector<DecaySpan> spans;
-      for (const ParamSpec& ps : layout.params) {
-        const int64_t b = std::max(cb, ps.offset), e = std::min(ce, ps.offset + ps.numel);
-        if (e <= b) continue;
-        spans.push_back({b - cb, e - cb, ps.decay ? static_cast<float>(config_.optimizer.weight_decay) : 0.0f});
-      }
+      const std::vector<DecaySpan> spans = DecaySpansOf(layout, decay, cb, ce);
       AdamWUpdateStored(h, spans, ce - cb, p + (cb - sb), fp32_grad ? g + cb : nullptr, fp32_grad ? nullptr : gp + cb,
                         OffsetMoments(moments, cb - sb), /*first_index=*/cb, threads);
       if (fp32_grad) state_->RefreshParams(t.unit, cb, ce);

@@ -18,6 +18,17 @@
 #include "runtime/state/thread_pool.h"
 
 namespace slidedp {
+
+std::vector<DecaySpan> DecaySpansOf(const UnitLayout& unit, const std::vector<float>& decay, int64_t begin,
+                                    int64_t end) {
+  std::vector<DecaySpan> spans;
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const ParamSpec& p = unit.params[i];
+    const int64_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.numel);
+    if (e > b) spans.push_back({b - begin, e - begin, decay[i]});
+  }
+  return spans;
+}
 namespace {
 
 using adamw_internal::BestIsa;

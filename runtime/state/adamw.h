@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/model/param_layout.h"
 #include "runtime/state/moment_codec.h"
 
 namespace slidedp {
@@ -52,6 +53,11 @@ struct DecaySpan {
   int64_t end = 0;
   float weight_decay = 0.0f;
 };
+
+// The spans of elements [begin, end) of `unit`: each parameter's overlap with the range,
+// relative to `begin`, with its weight decay decay[i] (one per parameter of the unit).
+std::vector<DecaySpan> DecaySpansOf(const UnitLayout& unit, const std::vector<float>& decay, int64_t begin,
+                                    int64_t end);
 
 // AdamW with the moments stored as `moments` says (moment_codec.h, optimizer.state_dtype)
 // over elements [0, n): tile by tile, m and v are decoded to fp32, updated with exactly
