@@ -121,9 +121,10 @@ MemoryEstimate EstimateMemory(const ModelShape& shape, const JobShape& job, cons
   const int64_t chunk_tokens = std::min(k.policy.loss_chunk_tokens, s.tokens_micro);
   m.loss_chunk = chunk_tokens * shape.vocab * 12 + shape.vocab * shape.hidden * pb;
   m.margin = job.cuda ? 2 * kGiB : 0;
-  m.resident = ResidencyOf(shape, job, k).max_bytes();
+  const Residency residency = ResidencyOf(shape, job, k);
+  m.resident = residency.max_bytes();
   if (k.policy.staged_updates > 0) {
-    m.staged = PlaceStaged(shape.unit_params, ResidencyOf(shape, job, k), k.policy.staged_updates, job.workers,
+    m.staged = PlaceStaged(shape.unit_params, residency, k.policy.staged_updates, job.workers,
                            job.param_bytes, job.moments, k.policy.chunk_elems)
                    .bytes_per_rank;
   }
